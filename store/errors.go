@@ -1,0 +1,52 @@
+package store
+
+import "errors"
+
+// Sentinel errors. Engines wrap them with context (use errors.Is); driver
+// errors never escape an engine package unconverted.
+var (
+	// ErrNotFound is returned when a job (or queue row, effect key, ...) does
+	// not exist for the tenant. Another tenant's row is reported the same way.
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost is returned by a lease-bound call when the job is not
+	// LEASED to that worker at that generation with an unexpired lease. The
+	// worker must stop publishing for the job.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrIdempotencyConflict is returned when a request id was used before
+	// with a request whose fingerprint differs.
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
+	// ErrInvalid is returned for input that breaks a bound or rule (sizes,
+	// names, NUL bytes, durations). Wrapped in an *InvalidError naming the
+	// field.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrAlreadyFinal is returned when a client asks to change a job that is
+	// already terminal (e.g. cancel a succeeded job).
+	ErrAlreadyFinal = errors.New("job is already final")
+	// ErrNotDead is returned by dead-letter operations on a job that exists
+	// but is not DEAD.
+	ErrNotDead = errors.New("job is not dead")
+	// ErrAbandoned is returned when replaying a dead job that was abandoned.
+	ErrAbandoned = errors.New("dead job was abandoned")
+	// ErrAlreadyReplayed is returned when abandoning a dead job that was
+	// already replayed.
+	ErrAlreadyReplayed = errors.New("dead job was already replayed")
+	// ErrUnavailable is returned when the database cannot be reached or the
+	// transaction could not be serialised after retries; the call may be
+	// retried.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// InvalidError says which field of a request is invalid and why. It matches
+// ErrInvalid with errors.Is.
+type InvalidError struct {
+	Field  string // e.g. "spec.queue", "requests[3].spec.payload"
+	Reason string // e.g. "must be 1-128 characters of [A-Za-z0-9._:-]"
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid returns an *InvalidError.
+func Invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }

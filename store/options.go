@@ -1,0 +1,37 @@
+package store
+
+import (
+	"math/rand/v2"
+
+	"github.com/google/uuid"
+)
+
+// EngineOptions are the knobs both engines share. The zero value is the
+// production setting.
+type EngineOptions struct {
+	// Rand returns the jitter factor in [0, 1) for retry backoff.
+	// Default: math/rand/v2.Float64. Tests pin it.
+	Rand func() float64
+	// NewID returns a new job or checkpoint id. Default: UUIDv7 strings,
+	// which sort by creation time. Tests use it to force duplicate ids.
+	NewID func() string
+	// BeforeCommit, when set, runs inside every write transaction just before
+	// it commits, with the operation's name ("create", "claim", "complete",
+	// ...). An error aborts the transaction. It exists for fault-injection
+	// tests; production leaves it nil.
+	BeforeCommit func(op string) error
+}
+
+// WithDefaults returns a copy with unset fields filled in.
+func (o EngineOptions) WithDefaults() EngineOptions {
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.NewID == nil {
+		o.NewID = NewID
+	}
+	return o
+}
+
+// NewID returns a UUIDv7 string.
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }

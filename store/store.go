@@ -1,0 +1,134 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the durable core the coordinator runs on. Every method is
+// tenant-scoped: a row of another tenant is never read, returned or changed,
+// and is reported exactly like a missing row (ErrNotFound).
+//
+// Every Params struct has a Now field. Zero means "use the store's clock":
+// PostgreSQL's now() in production (one clock for several coordinators), the
+// process clock for SQLite. Tests set it to cross lease expiry without
+// sleeping.
+//
+// Lease-bound methods (Renew, Complete, Retry, CancelByHolder, Release,
+// SaveCheckpoint, ReserveEffect, RecordEffect) are compare-and-sets on
+// (tenant, job, state = leased, owner, generation, expires_at > now). When
+// that does not hold they return ErrLeaseLost, except that a terminal report
+// repeated by the generation that already made it (Complete, Retry,
+// CancelByHolder) returns the same outcome again.
+type Store interface {
+	// Engine names the engine: "postgres" or "sqlite".
+	Engine() string
+
+	// CreateJobs accepts one or more jobs in one transaction: each job row,
+	// its QUEUED event (sequence 1) and its idempotency record commit together
+	// or not at all. Results are in request order. Any invalid request or
+	// idempotency conflict fails the whole batch (ErrInvalid /
+	// ErrIdempotencyConflict, wrapped with the index of the request).
+	CreateJobs(ctx context.Context, p CreateJobsParams) ([]CreateResult, error)
+	// GetJob returns a job with its latest checkpoint.
+	GetJob(ctx context.Context, tenant, jobID string) (*Job, error)
+	// ListJobs pages jobs newest first.
+	ListJobs(ctx context.Context, p ListJobsParams) (*JobPage, error)
+	// ListEvents returns events with sequence > AfterSequence, in order.
+	ListEvents(ctx context.Context, p ListEventsParams) ([]Event, error)
+	// ListAttempts returns a job's attempt history, oldest first.
+	ListAttempts(ctx context.Context, tenant, jobID string) ([]Attempt, error)
+
+	// Claim leases up to Max available jobs from Queues to Worker. The state
+	// change is persisted by the same statement that selects the rows
+	// (a row lock is not a lease). Each claim sets owner, expiry,
+	// generation+1 and attempts+1, records a LEASED event (preceded by a
+	// LEASE_EXPIRED event when it takes over an expired lease) and an attempt
+	// row. Order: priority desc, available_at, id. Paused queues, jobs with
+	// cancel requested and queues at their concurrency limit are skipped.
+	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
+	// Renew extends every listed lease that is still current, in one
+	// transaction, and reports per token (renewed, lost, cancel requested).
+	// It never fails because one lease is lost.
+	Renew(ctx context.Context, p RenewParams) ([]RenewResult, error)
+	// Complete finishes a job: SUCCEEDED, result stored, terminal event.
+	Complete(ctx context.Context, p CompleteParams) (*Job, error)
+	// Retry records a failed attempt and decides, with the queue policy (or
+	// the job's max attempts) and the injected random source: non-retryable
+	// → FAILED; retryable with budget left → QUEUED at now + backoff
+	// (RUN_FAILED event); attempts or retry deadline spent → DEAD (RUN_FAILED
+	// and DEAD events in the same transaction).
+	Retry(ctx context.Context, p RetryParams) (*Job, error)
+	// CancelByHolder ends the holder's attempt as CANCELLED (terminal).
+	CancelByHolder(ctx context.Context, p CancelByHolderParams) (*Job, error)
+	// Release puts the job back to QUEUED, available now, without spending
+	// the attempt (attempts - 1). If a cancel was requested the job becomes
+	// CANCELLED instead.
+	Release(ctx context.Context, p ReleaseParams) (*Job, error)
+	// RequestCancel is a client's cancel: QUEUED → CANCELLED at once; LEASED
+	// → cancel_requested (no new claims; the holder learns it on renew);
+	// repeated requests on a cancel-requested job return it unchanged;
+	// terminal → ErrAlreadyFinal.
+	RequestCancel(ctx context.Context, p RequestCancelParams) (*Job, error)
+
+	// SaveCheckpoint stores a checkpoint fenced by the lease; its parent is
+	// the job's previous latest checkpoint. Only the newest
+	// CheckpointHistoryLimit checkpoints per job are kept.
+	SaveCheckpoint(ctx context.Context, p SaveCheckpointParams) (*Checkpoint, error)
+	// ReserveEffect reserves (job, key) fenced by the lease. When a record
+	// exists it is returned with reserved = false. A record left RESERVED or
+	// UNKNOWN by an earlier generation is returned as is (reconcile first);
+	// a FAILED one is re-reserved by the current generation (reserved = true).
+	ReserveEffect(ctx context.Context, p ReserveEffectParams) (eff *Effect, reserved bool, err error)
+	// RecordEffect records the outcome of a reserved effect, fenced by the
+	// lease. ErrNotFound when the key was never reserved.
+	RecordEffect(ctx context.Context, p RecordEffectParams) (*Effect, error)
+	// ListEffects returns a job's effect ledger ordered by key.
+	ListEffects(ctx context.Context, tenant, jobID string) ([]Effect, error)
+
+	// ListDeadJobs pages DEAD jobs newest first (finished_at desc, id desc).
+	ListDeadJobs(ctx context.Context, p ListDeadJobsParams) (*DeadJobPage, error)
+	// GetDeadJob returns a dead job with its evidence; ErrNotDead when the
+	// job exists but is not DEAD.
+	GetDeadJob(ctx context.Context, tenant, jobID string) (*DeadJob, error)
+	// ReplayDeadJob creates a new QUEUED job from a dead one (same queue,
+	// kind, payload, metadata, priority, max attempts; replay_of set) and
+	// appends a REPLAYED event to the dead job, in one transaction.
+	// Idempotent: a second replay returns the first replay's job with
+	// alreadyReplayed = true. ErrNotDead when not DEAD, ErrAbandoned when
+	// abandoned.
+	ReplayDeadJob(ctx context.Context, p ReplayDeadJobParams) (job *Job, alreadyReplayed bool, err error)
+	// AbandonDeadJob marks a dead job abandoned (ABANDONED event). Repeating
+	// it is a no-op that returns the job. ErrNotDead when not DEAD,
+	// ErrAlreadyReplayed when it was replayed.
+	AbandonDeadJob(ctx context.Context, p AbandonDeadJobParams) (*DeadJob, error)
+
+	// GetQueuePolicy returns the stored policy, or DefaultQueuePolicy(queue)
+	// when none is stored.
+	GetQueuePolicy(ctx context.Context, tenant, queue string) (*QueuePolicy, error)
+	// UpdateQueuePolicy validates and stores a policy (keeping the paused
+	// flag as stored) and returns it with defaults filled in.
+	UpdateQueuePolicy(ctx context.Context, tenant string, policy QueuePolicy) (*QueuePolicy, error)
+	// SetQueuePaused pauses or resumes a queue, creating its policy row with
+	// defaults when needed.
+	SetQueuePaused(ctx context.Context, tenant, queue string, paused bool) (*QueuePolicy, error)
+	// ListQueues lists every queue that has jobs or a stored policy, by name,
+	// with stats.
+	ListQueues(ctx context.Context, tenant string) ([]QueueSummary, error)
+	// QueueStats counts one queue's jobs by state.
+	QueueStats(ctx context.Context, p QueueStatsParams) (*QueueStats, error)
+
+	// Prune deletes, across all tenants, terminal jobs finished before
+	// FinishedBefore (with their events, attempts, checkpoints, effects and
+	// idempotency records) and idempotency records that expired, each in
+	// transactions of at most BatchSize rows. It never deletes a job that is
+	// not terminal.
+	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
+
+	// Now is the store's authoritative clock (PostgreSQL now(), or the
+	// process clock for SQLite).
+	Now(ctx context.Context) (time.Time, error)
+
+	// Close releases the store's connections.
+	Close() error
+}

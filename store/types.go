@@ -1,0 +1,470 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// JobState is the public lifecycle state of a job. The strings are stored in
+// the database.
+type JobState string
+
+// The job states. Succeeded, Failed, Cancelled and Dead are terminal.
+const (
+	JobStateQueued    JobState = "queued"
+	JobStateLeased    JobState = "leased"
+	JobStateSucceeded JobState = "succeeded"
+	JobStateFailed    JobState = "failed"
+	JobStateCancelled JobState = "cancelled"
+	JobStateDead      JobState = "dead"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s JobState) Terminal() bool {
+	switch s {
+	case JobStateSucceeded, JobStateFailed, JobStateCancelled, JobStateDead:
+		return true
+	}
+	return false
+}
+
+// EventType is the type of a job event. The strings are stored.
+type EventType string
+
+// The event types. Succeeded, Failed, Cancelled and Dead are terminal: each
+// job has exactly one of them, committed with its terminal state.
+const (
+	EventQueued          EventType = "queued"
+	EventLeased          EventType = "leased"
+	EventLeaseExpired    EventType = "lease_expired"
+	EventReleased        EventType = "released"
+	EventCheckpointSaved EventType = "checkpoint_saved"
+	EventCancelRequested EventType = "cancel_requested"
+	EventRunFailed       EventType = "run_failed"
+	EventSucceeded       EventType = "succeeded"
+	EventFailed          EventType = "failed"
+	EventCancelled       EventType = "cancelled"
+	EventDead            EventType = "dead"
+	EventReplayed        EventType = "replayed"
+	EventAbandoned       EventType = "abandoned"
+)
+
+// JobError is an error a worker reported for one attempt.
+type JobError struct {
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+// Job is one durable unit of work.
+type Job struct {
+	Tenant   string
+	ID       string
+	Queue    string
+	Kind     string
+	Payload  []byte
+	Metadata map[string]string
+	Priority int32
+	State    JobState
+
+	Attempts    int32
+	MaxAttempts int32
+
+	// Lease ownership is kept apart from State: who holds the job is
+	// (LeaseOwner, LeaseGeneration, LeaseExpiresAt). LeaseExpiresAt is zero
+	// when the job is not leased; LeaseOwner and LeaseGeneration keep the last
+	// holder.
+	LeaseOwner      string
+	LeaseGeneration int64
+	LeaseExpiresAt  time.Time
+
+	CancelRequested bool
+	CreatedAt       time.Time
+	AvailableAt     time.Time
+	FinishedAt      time.Time // zero until terminal
+	RetryDeadline   time.Time // zero: no time budget
+	LastError       *JobError
+	Result          []byte
+	ReplayOf        string
+	Dependency      string
+
+	// Checkpoint is the latest checkpoint, or nil.
+	Checkpoint *Checkpoint
+}
+
+// Event is one entry of a job's history. Sequence is gapless per job and
+// starts at 1 with EventQueued.
+type Event struct {
+	JobID    string
+	Sequence int64
+	Type     EventType
+	Time     time.Time
+	// Data is a JSON object with details; never the payload or result.
+	Data string
+}
+
+// Checkpoint is progress saved by an attempt.
+type Checkpoint struct {
+	ID              string
+	JobID           string
+	Phase           string
+	State           []byte
+	LeaseGeneration int64
+	ParentID        string
+	CreatedAt       time.Time
+}
+
+// EffectStatus is the state of a ledger entry. The strings are stored.
+type EffectStatus string
+
+// The effect statuses.
+const (
+	EffectReserved  EffectStatus = "reserved"
+	EffectSucceeded EffectStatus = "succeeded"
+	EffectFailed    EffectStatus = "failed"
+	EffectUnknown   EffectStatus = "unknown"
+)
+
+// Effect is one entry of the effect ledger, scoped by (job, key).
+type Effect struct {
+	JobID               string
+	Key                 string
+	Status              EffectStatus
+	LeaseGeneration     int64
+	ProviderOperationID string
+	Result              []byte
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+}
+
+// AttemptOutcome says how an attempt ended. The strings are stored.
+type AttemptOutcome string
+
+// The attempt outcomes.
+const (
+	AttemptRunning      AttemptOutcome = "running"
+	AttemptSucceeded    AttemptOutcome = "succeeded"
+	AttemptFailed       AttemptOutcome = "failed"
+	AttemptLeaseExpired AttemptOutcome = "lease_expired"
+	AttemptReleased     AttemptOutcome = "released"
+	AttemptCancelled    AttemptOutcome = "cancelled"
+)
+
+// Attempt is one claim of a job.
+type Attempt struct {
+	JobID           string
+	Attempt         int32
+	LeaseGeneration int64
+	WorkerID        string
+	ClaimedAt       time.Time
+	FinishedAt      time.Time // zero while running
+	Outcome         AttemptOutcome
+	Error           *JobError
+}
+
+// DeadJob is a DEAD job with its evidence.
+type DeadJob struct {
+	Job        *Job
+	Attempts   []Attempt
+	ReplayedAs string
+	Abandoned  bool
+}
+
+// RetryPolicy says how failed attempts are retried. See NextRetryDelay.
+type RetryPolicy struct {
+	MaxAttempts            int32
+	InitialDelay           time.Duration
+	MaxDelay               time.Duration
+	Multiplier             float64
+	JitterFraction         float64
+	RetryableErrorCodes    []string
+	NonRetryableErrorCodes []string
+	// TotalRetryDeadline is the time budget from creation; 0 means none.
+	TotalRetryDeadline time.Duration
+}
+
+// QueuePolicy is the configuration of one queue.
+type QueuePolicy struct {
+	Queue                string
+	Retry                RetryPolicy
+	DefaultLeaseDuration time.Duration
+	// ConcurrencyLimit caps leased jobs of the queue fleet-wide; 0 = none.
+	ConcurrencyLimit int32
+	Paused           bool
+}
+
+// QueueStats counts a queue's jobs by state.
+type QueueStats struct {
+	Queue     string
+	Queued    int64
+	Available int64
+	Leased    int64
+	Succeeded int64
+	Failed    int64
+	Cancelled int64
+	Dead      int64
+	Paused    bool
+}
+
+// QueueSummary is a queue's effective policy and its stats.
+type QueueSummary struct {
+	Policy QueuePolicy
+	Stats  QueueStats
+}
+
+// LeaseToken is the fencing token of one lease generation.
+type LeaseToken struct {
+	JobID      string
+	Generation int64
+	WorkerID   string
+}
+
+// JobSpec is what a producer submits.
+type JobSpec struct {
+	Queue    string
+	Kind     string
+	Payload  []byte
+	Metadata map[string]string
+	Priority int32
+	// RunAt is the earliest time to run; zero means now. RunAfter, when
+	// positive, wins: now + RunAfter.
+	RunAt    time.Time
+	RunAfter time.Duration
+	// MaxAttempts overrides the queue policy; 0 means the queue's.
+	MaxAttempts int32
+	Dependency  string
+}
+
+// CreateRequest is one job to create.
+type CreateRequest struct {
+	Spec JobSpec
+	// RequestID is the producer's idempotency key; empty means none.
+	RequestID string
+}
+
+// CreateJobsParams creates jobs in one transaction.
+type CreateJobsParams struct {
+	Tenant   string
+	Requests []CreateRequest
+	// IdempotencyWindow is how long idempotency records live; zero means
+	// IdempotencyWindowDefault.
+	IdempotencyWindow time.Duration
+	Now               time.Time
+}
+
+// CreateResult is one created or replayed job.
+type CreateResult struct {
+	Job *Job
+	// Replayed is true when the request matched an earlier equivalent one
+	// and Job is that request's job.
+	Replayed bool
+}
+
+// ListJobsParams filters and pages jobs.
+type ListJobsParams struct {
+	Tenant string
+	Queue  string
+	Kind   string
+	States []JobState
+	Limit  int
+	// Cursor is an opaque value from a previous JobPage; empty for the first.
+	Cursor string
+}
+
+// JobPage is one page of jobs.
+type JobPage struct {
+	Jobs       []*Job
+	NextCursor string
+}
+
+// ListEventsParams pages a job's events.
+type ListEventsParams struct {
+	Tenant        string
+	JobID         string
+	AfterSequence int64
+	Limit         int
+}
+
+// ClaimParams asks for up to Max jobs.
+type ClaimParams struct {
+	Tenant string
+	Worker string
+	Queues []string
+	Max    int
+	// LeaseDuration of zero means each queue's DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	Now           time.Time
+}
+
+// ClaimedJob is a job leased by Claim.
+type ClaimedJob struct {
+	Job   *Job
+	Token LeaseToken
+	// Effects are the job's ledger entries so far (earlier attempts').
+	Effects []Effect
+}
+
+// RenewParams renews leases of one worker.
+type RenewParams struct {
+	Tenant        string
+	Tokens        []LeaseToken
+	LeaseDuration time.Duration
+	Now           time.Time
+}
+
+// RenewStatus is the per-lease outcome of Renew.
+type RenewStatus string
+
+// The renew outcomes.
+const (
+	RenewRenewed         RenewStatus = "renewed"
+	RenewLost            RenewStatus = "lost"
+	RenewCancelRequested RenewStatus = "cancel_requested"
+)
+
+// RenewResult is the answer for one token.
+type RenewResult struct {
+	Token     LeaseToken
+	Status    RenewStatus
+	ExpiresAt time.Time // set unless lost
+}
+
+// CompleteParams finishes a job.
+type CompleteParams struct {
+	Tenant string
+	Token  LeaseToken
+	Result []byte
+	Now    time.Time
+}
+
+// RetryParams reports a failed attempt.
+type RetryParams struct {
+	Tenant string
+	Token  LeaseToken
+	Error  JobError
+	// RetryAfter, when longer than the computed backoff, is the delay used.
+	RetryAfter time.Duration
+	Now        time.Time
+}
+
+// CancelByHolderParams ends the holder's attempt as cancelled.
+type CancelByHolderParams struct {
+	Tenant string
+	Token  LeaseToken
+	Reason string
+	Now    time.Time
+}
+
+// ReleaseParams gives a job back.
+type ReleaseParams struct {
+	Tenant string
+	Token  LeaseToken
+	Now    time.Time
+}
+
+// RequestCancelParams is a client's cancel.
+type RequestCancelParams struct {
+	Tenant string
+	JobID  string
+	Reason string
+	Now    time.Time
+}
+
+// SaveCheckpointParams saves progress.
+type SaveCheckpointParams struct {
+	Tenant string
+	Token  LeaseToken
+	Phase  string
+	State  []byte
+	Now    time.Time
+}
+
+// ReserveEffectParams reserves an effect key.
+type ReserveEffectParams struct {
+	Tenant string
+	Token  LeaseToken
+	Key    string
+	Now    time.Time
+}
+
+// RecordEffectParams records an effect's outcome.
+type RecordEffectParams struct {
+	Tenant              string
+	Token               LeaseToken
+	Key                 string
+	Status              EffectStatus // succeeded, failed or unknown
+	ProviderOperationID string
+	Result              []byte
+	Now                 time.Time
+}
+
+// ListDeadJobsParams pages dead jobs.
+type ListDeadJobsParams struct {
+	Tenant           string
+	Queue            string
+	IncludeAbandoned bool
+	Limit            int
+	Cursor           string
+}
+
+// DeadJobPage is one page of dead jobs.
+type DeadJobPage struct {
+	DeadJobs   []*DeadJob
+	NextCursor string
+}
+
+// ReplayDeadJobParams replays a dead job.
+type ReplayDeadJobParams struct {
+	Tenant string
+	JobID  string
+	Reason string
+	Now    time.Time
+}
+
+// AbandonDeadJobParams abandons a dead job.
+type AbandonDeadJobParams struct {
+	Tenant string
+	JobID  string
+	Reason string
+	Now    time.Time
+}
+
+// QueueStatsParams names a queue.
+type QueueStatsParams struct {
+	Tenant string
+	Queue  string
+	Now    time.Time
+}
+
+// PruneParams says what retention removes.
+type PruneParams struct {
+	// FinishedBefore: terminal jobs finished before it are removed.
+	FinishedBefore time.Time
+	// BatchSize bounds each transaction; zero means PruneBatchSizeDefault.
+	BatchSize int
+	Now       time.Time
+}
+
+// PruneResult counts what Prune removed.
+type PruneResult struct {
+	Jobs               int64
+	IdempotencyRecords int64
+}
+
+// QueueRef names a queue of a tenant.
+type QueueRef struct {
+	Tenant string
+	Queue  string
+}
+
+// JobNotifier is implemented by engines that can wake dispatchers when jobs
+// become available (created, rescheduled, released), so that idle worker
+// streams do not have to poll. PostgreSQL uses LISTEN/NOTIFY, which reaches
+// every coordinator on the database; SQLite notifies within the process.
+type JobNotifier interface {
+	// SubscribeJobs delivers the queues that got available jobs until ctx is
+	// done, then closes the channel. Notifications are coalesced and may be
+	// dropped when the receiver is slow: they are hints, and the dispatcher
+	// still polls as a fallback.
+	SubscribeJobs(ctx context.Context) (<-chan QueueRef, error)
+}
