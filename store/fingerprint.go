@@ -12,10 +12,17 @@ import (
 // records written by an older version never falsely match or conflict.
 const fingerprintVersion = "v1"
 
+// traceMetadataKeys are the W3C propagation keys SDKs inject into metadata.
+var traceMetadataKeys = map[string]bool{"traceparent": true, "tracestate": true, "baggage": true}
+
 // Fingerprint hashes the canonical form of a validated request after
 // defaults: every field length-prefixed in a fixed order, metadata sorted by
 // key. It never sees raw JSON or a server-generated id, so equal requests
 // hash equally whatever the encoding or map order.
+//
+// Trace-context metadata (traceparent, tracestate, baggage) is left out: a
+// producer retrying the same request from another span sends the same
+// logical request, and must get a replay rather than a conflict.
 //
 // RunAt is part of the request; RunAfter is too, as a duration, because
 // "now + 10s" sent twice is the same request even though now moved.
@@ -37,6 +44,9 @@ func Fingerprint(s JobSpec) string {
 	writeBytes(s.Payload)
 	keys := make([]string, 0, len(s.Metadata))
 	for k := range s.Metadata {
+		if traceMetadataKeys[k] {
+			continue
+		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)

@@ -1,0 +1,230 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// The dead-letter queue: DEAD jobs with their evidence (payload, last error,
+// attempt history), replayed as new jobs or abandoned, never deleted except
+// by retention.
+
+// deadJobTx assembles a DeadJob from a job row.
+func deadJobTx(ctx context.Context, q querier, row *jobRow) (*store.DeadJob, error) {
+	attempts, err := listAttemptsTx(ctx, q, row.job.Tenant, row.job.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &store.DeadJob{Job: row.job, Attempts: attempts, ReplayedAs: row.replayedAs, Abandoned: row.abandoned}, nil
+}
+
+// ListDeadJobs implements store.Store.
+func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*store.DeadJobPage, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if p.Queue != "" && !store.ValidName(p.Queue) {
+		return nil, store.Invalid("queue", "must be a valid queue name")
+	}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var after sql.NullInt64
+	var afterID string
+	if p.Cursor != "" {
+		c, err := decodeCursor(cursorDead, p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		after, afterID = sql.NullInt64{Int64: micros(c.at), Valid: true}, c.id
+	}
+	page := &store.DeadJobPage{}
+	err = s.read(ctx, "list dead jobs", func(tx *preparedTx) error {
+		rows, err := tx.QueryContext(ctx, qListDeadJobs, p.Tenant, p.Queue, p.IncludeAbandoned, after, afterID, limit+1)
+		if err != nil {
+			return err
+		}
+		var jobs []*jobRow
+		for rows.Next() {
+			row, err := scanJob(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			jobs = append(jobs, row)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(jobs) > limit {
+			jobs = jobs[:limit]
+			last := jobs[limit-1].job
+			page.NextCursor = encodeCursor(cursorDead, last.FinishedAt, last.ID)
+		}
+		for _, row := range jobs {
+			dj, err := deadJobTx(ctx, tx, row)
+			if err != nil {
+				return err
+			}
+			page.DeadJobs = append(page.DeadJobs, dj)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// GetDeadJob implements store.Store.
+func (s *Store) GetDeadJob(ctx context.Context, tenant, jobID string) (*store.DeadJob, error) {
+	if err := validateJobRef(tenant, jobID); err != nil {
+		return nil, err
+	}
+	var dj *store.DeadJob
+	err := s.read(ctx, "get dead job", func(tx *preparedTx) error {
+		row, err := getJobTx(ctx, tx, tenant, jobID)
+		if err != nil {
+			return err
+		}
+		if row.job.State != store.JobStateDead {
+			return fmt.Errorf("job %q is %s: %w", jobID, row.job.State, store.ErrNotDead)
+		}
+		dj, err = deadJobTx(ctx, tx, row)
+		return err
+	})
+	return dj, err
+}
+
+// ReplayDeadJob implements store.Store. Replaying twice is idempotent: the
+// second call returns the first replay's job with alreadyReplayed = true.
+func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) (*store.Job, bool, error) {
+	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+		return nil, false, err
+	}
+	if err := store.ValidateReason(p.Reason); err != nil {
+		return nil, false, err
+	}
+	var (
+		job      *store.Job
+		replayed bool
+	)
+	err := s.write(ctx, "replay", func(tx *writeTx) error {
+		job, replayed = nil, false
+		now := s.clock(p.Now)
+		row, err := getJobTx(ctx, tx, p.Tenant, p.JobID)
+		if err != nil {
+			return err
+		}
+		dead := row.job
+		switch {
+		case dead.State != store.JobStateDead:
+			return fmt.Errorf("replay job %q (%s): %w", p.JobID, dead.State, store.ErrNotDead)
+		case row.abandoned:
+			return fmt.Errorf("replay job %q: %w", p.JobID, store.ErrAbandoned)
+		case row.replayedAs != "":
+			prev, err := getJobTx(ctx, tx, p.Tenant, row.replayedAs)
+			if errors.Is(err, store.ErrNotFound) {
+				// The replay itself was pruned by retention: there is no
+				// job to return, and replaying again would break the
+				// one-replay rule.
+				return fmt.Errorf("replay job %q: replayed as %q, which no longer exists: %w", p.JobID, row.replayedAs, store.ErrAlreadyReplayed)
+			}
+			if err != nil {
+				return err
+			}
+			job, replayed = prev.job, true
+			return nil
+		}
+		pol, err := policyTx(ctx, tx, p.Tenant, dead.Queue)
+		if err != nil {
+			return err
+		}
+		j := newJob{
+			tenant:      p.Tenant,
+			id:          s.opts.NewID(),
+			queue:       dead.Queue,
+			kind:        dead.Kind,
+			dependency:  dead.Dependency,
+			replayOf:    dead.ID,
+			payload:     dead.Payload,
+			metadata:    dead.Metadata,
+			priority:    dead.Priority,
+			maxAttempts: dead.MaxAttempts,
+			createdAt:   now,
+			availableAt: now,
+		}
+		if d := pol.Retry.TotalRetryDeadline; d > 0 {
+			j.retryDeadline = now.Add(d).Truncate(time.Microsecond)
+		}
+		if err := insertNewJob(ctx, tx, j, "replay_of", dead.ID, "reason", p.Reason); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, qMarkReplayed, p.Tenant, dead.ID, j.id); err != nil {
+			return fmt.Errorf("mark replayed: %w", err)
+		}
+		if _, err := appendEvent(ctx, tx, p.Tenant, dead.ID, store.EventReplayed, now, eventData("replayed_as", j.id, "reason", p.Reason)); err != nil {
+			return err
+		}
+		created, err := getJobTx(ctx, tx, p.Tenant, j.id)
+		if err != nil {
+			return err
+		}
+		job = created.job
+		tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: j.queue})
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return job, replayed, nil
+}
+
+// AbandonDeadJob implements store.Store.
+func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams) (*store.DeadJob, error) {
+	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateReason(p.Reason); err != nil {
+		return nil, err
+	}
+	var dj *store.DeadJob
+	err := s.write(ctx, "abandon", func(tx *writeTx) error {
+		now := s.clock(p.Now)
+		row, err := getJobTx(ctx, tx, p.Tenant, p.JobID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case row.job.State != store.JobStateDead:
+			return fmt.Errorf("abandon job %q (%s): %w", p.JobID, row.job.State, store.ErrNotDead)
+		case row.replayedAs != "":
+			return fmt.Errorf("abandon job %q: replayed as %q: %w", p.JobID, row.replayedAs, store.ErrAlreadyReplayed)
+		case !row.abandoned:
+			if _, err := tx.ExecContext(ctx, qMarkAbandoned, p.Tenant, p.JobID); err != nil {
+				return fmt.Errorf("abandon: %w", err)
+			}
+			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventAbandoned, now, eventData("reason", p.Reason)); err != nil {
+				return err
+			}
+			if row, err = getJobTx(ctx, tx, p.Tenant, p.JobID); err != nil {
+				return err
+			}
+		}
+		dj, err = deadJobTx(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dj, nil
+}

@@ -1,0 +1,410 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// listLimitDefault is the page size when a list call asks for none.
+const listLimitDefault = 50
+
+// querier is what both *sql.Tx flavours offer.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func validateTenant(tenant string) error {
+	return store.ValidateText("tenant", tenant, store.NameMaxLen, true)
+}
+
+func validateJobRef(tenant, jobID string) error {
+	if err := validateTenant(tenant); err != nil {
+		return err
+	}
+	return store.ValidateText("job_id", jobID, store.NameMaxLen, true)
+}
+
+func validateLease(tenant string, token store.LeaseToken) error {
+	if err := validateTenant(tenant); err != nil {
+		return err
+	}
+	return store.ValidateToken(token)
+}
+
+// pageLimit applies the list default and cap; a negative limit is invalid.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, store.Invalid("limit", "must not be negative")
+	case limit == 0:
+		return listLimitDefault, nil
+	}
+	return min(limit, store.ListLimitMax), nil
+}
+
+// getJobTx reads a job with its latest checkpoint; store.ErrNotFound when the
+// tenant has no such job.
+func getJobTx(ctx context.Context, q querier, tenant, id string) (*jobRow, error) {
+	row, err := scanJob(q.QueryRowContext(ctx, qGetJob, tenant, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("job %q: %w", id, store.ErrNotFound)
+	}
+	return row, err
+}
+
+// requireJob fails with store.ErrNotFound unless the tenant has the job.
+func requireJob(ctx context.Context, q querier, tenant, id string) error {
+	var one int
+	err := q.QueryRowContext(ctx, qJobExists, tenant, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("job %q: %w", id, store.ErrNotFound)
+	}
+	return err
+}
+
+// appendEvent appends an event to a job with the next gapless sequence and
+// returns that sequence.
+func appendEvent(ctx context.Context, tx *writeTx, tenant, jobID string, typ store.EventType, at time.Time, data string) (int64, error) {
+	var seq int64
+	if err := tx.QueryRowContext(ctx, qBumpEventSeq, tenant, jobID).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("append %s event: %w", typ, err)
+	}
+	if _, err := tx.ExecContext(ctx, qInsertEvent, tenant, jobID, seq, string(typ), micros(at), data); err != nil {
+		return 0, fmt.Errorf("append %s event: %w", typ, err)
+	}
+	return seq, nil
+}
+
+// policyTx reads a queue's stored policy, or the default one.
+func policyTx(ctx context.Context, q querier, tenant, queue string) (*store.QueuePolicy, error) {
+	p, err := scanPolicy(q.QueryRowContext(ctx, qGetPolicy, tenant, queue))
+	if errors.Is(err, sql.ErrNoRows) {
+		d := store.DefaultQueuePolicy(queue)
+		return &d, nil
+	}
+	return p, err
+}
+
+// newJob is a job to insert.
+type newJob struct {
+	tenant, id, queue, kind, dependency, replayOf string
+	payload                                       []byte
+	metadata                                      map[string]string
+	priority, maxAttempts                         int32
+	createdAt, availableAt, retryDeadline         time.Time
+}
+
+// insertNewJob inserts a QUEUED job and its queued event (sequence 1). A
+// duplicate id fails the statement, and with it the caller's transaction.
+func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any) error {
+	md, err := encodeMetadata(j.metadata)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
+		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
+		j.replayOf, j.dependency)
+	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
+	}
+	if err != nil {
+		return fmt.Errorf("insert job: %w", err)
+	}
+	data := eventData(append([]any{"queue", j.queue, "available_at", j.availableAt}, eventExtra...)...)
+	_, err = appendEvent(ctx, tx, j.tenant, j.id, store.EventQueued, j.createdAt, data)
+	return err
+}
+
+// CreateJobs implements store.Store.
+func (s *Store) CreateJobs(ctx context.Context, p store.CreateJobsParams) ([]store.CreateResult, error) {
+	if err := store.ValidateCreate(p); err != nil {
+		return nil, err
+	}
+	window := cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)
+	var results []store.CreateResult
+	err := s.write(ctx, "create", func(tx *writeTx) error {
+		now := s.clock(p.Now)
+		results = make([]store.CreateResult, len(p.Requests))
+		// Keys seen earlier in this batch: a repeat replays (or conflicts
+		// with) the earlier request, which is not committed yet.
+		type seen struct {
+			fingerprint string
+			index       int
+		}
+		batchKeys := make(map[string]seen)
+		policies := make(map[string]*store.QueuePolicy)
+		for i, r := range p.Requests {
+			fp := store.Fingerprint(r.Spec)
+			if r.RequestID != "" {
+				if prev, ok := batchKeys[r.RequestID]; ok {
+					if prev.fingerprint != fp {
+						return fmt.Errorf("requests[%d]: request id also used by requests[%d]: %w", i, prev.index, store.ErrIdempotencyConflict)
+					}
+					results[i] = store.CreateResult{Job: results[prev.index].Job, Replayed: true}
+					continue
+				}
+				batchKeys[r.RequestID] = seen{fingerprint: fp, index: i}
+				job, err := s.lookupIdempotent(ctx, tx, p.Tenant, r.RequestID, fp, now)
+				if err != nil {
+					return fmt.Errorf("requests[%d]: %w", i, err)
+				}
+				if job != nil {
+					results[i] = store.CreateResult{Job: job, Replayed: true}
+					continue
+				}
+			}
+			pol, ok := policies[r.Spec.Queue]
+			if !ok {
+				var err error
+				if pol, err = policyTx(ctx, tx, p.Tenant, r.Spec.Queue); err != nil {
+					return err
+				}
+				policies[r.Spec.Queue] = pol
+			}
+			j := newJob{
+				tenant:      p.Tenant,
+				id:          s.opts.NewID(),
+				queue:       r.Spec.Queue,
+				kind:        r.Spec.Kind,
+				dependency:  r.Spec.Dependency,
+				payload:     r.Spec.Payload,
+				metadata:    r.Spec.Metadata,
+				priority:    r.Spec.Priority,
+				maxAttempts: cmp.Or(r.Spec.MaxAttempts, pol.Retry.MaxAttempts),
+				createdAt:   now,
+				availableAt: now,
+			}
+			switch {
+			case r.Spec.RunAfter > 0:
+				j.availableAt = now.Add(r.Spec.RunAfter).Truncate(time.Microsecond)
+			case !r.Spec.RunAt.IsZero():
+				j.availableAt = r.Spec.RunAt.UTC().Truncate(time.Microsecond)
+			}
+			if d := pol.Retry.TotalRetryDeadline; d > 0 {
+				j.retryDeadline = now.Add(d).Truncate(time.Microsecond)
+			}
+			if err := insertNewJob(ctx, tx, j); err != nil {
+				return fmt.Errorf("requests[%d]: %w", i, err)
+			}
+			if r.RequestID != "" {
+				expires := now.Add(window).Truncate(time.Microsecond)
+				if _, err := tx.ExecContext(ctx, qInsertIdempotencyKey, p.Tenant, r.RequestID, fp, j.id, micros(expires)); err != nil {
+					return fmt.Errorf("requests[%d]: record request id: %w", i, err)
+				}
+			}
+			row, err := getJobTx(ctx, tx, p.Tenant, j.id)
+			if err != nil {
+				return err
+			}
+			results[i] = store.CreateResult{Job: row.job}
+			tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: j.queue})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// lookupIdempotent resolves a request id against its stored record: the
+// original job when the fingerprint matches, ErrIdempotencyConflict when it
+// does not, nil when there is no live record (an expired record, or one whose
+// job was pruned, is deleted so the key can be recorded again).
+func (s *Store) lookupIdempotent(ctx context.Context, tx *writeTx, tenant, key, fp string, now time.Time) (*store.Job, error) {
+	var (
+		storedFP, jobID string
+		expires         int64
+	)
+	err := tx.QueryRowContext(ctx, qGetIdempotencyKey, tenant, key).Scan(&storedFP, &jobID, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up request id: %w", err)
+	}
+	if expires > micros(now) {
+		row, err := getJobTx(ctx, tx, tenant, jobID)
+		switch {
+		case err == nil:
+			if storedFP != fp {
+				return nil, fmt.Errorf("request id was used for job %s with a different request: %w", jobID, store.ErrIdempotencyConflict)
+			}
+			return row.job, nil
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, qDeleteIdempotencyKey, tenant, key); err != nil {
+		return nil, fmt.Errorf("drop expired request id: %w", err)
+	}
+	return nil, nil
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, error) {
+	if err := validateJobRef(tenant, jobID); err != nil {
+		return nil, err
+	}
+	var job *store.Job
+	err := s.read(ctx, "get job", func(tx *preparedTx) error {
+		row, err := getJobTx(ctx, tx, tenant, jobID)
+		if err != nil {
+			return err
+		}
+		job = row.job
+		return nil
+	})
+	return job, err
+}
+
+var jobStates = []store.JobState{
+	store.JobStateQueued, store.JobStateLeased, store.JobStateSucceeded,
+	store.JobStateFailed, store.JobStateCancelled, store.JobStateDead,
+}
+
+// ListJobs implements store.Store.
+func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.JobPage, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if p.Queue != "" && !store.ValidName(p.Queue) {
+		return nil, store.Invalid("queue", "must be a valid queue name")
+	}
+	if p.Kind != "" && !store.ValidName(p.Kind) {
+		return nil, store.Invalid("kind", "must be a valid kind name")
+	}
+	states := make([]string, 0, len(p.States))
+	for i, st := range p.States {
+		known := false
+		for _, k := range jobStates {
+			known = known || st == k
+		}
+		if !known {
+			return nil, store.Invalid(fmt.Sprintf("states[%d]", i), "must be a job state")
+		}
+		states = append(states, string(st))
+	}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var after sql.NullInt64
+	var afterID string
+	if p.Cursor != "" {
+		c, err := decodeCursor(cursorJobs, p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		after, afterID = nullMicros(c.at), c.id
+		after.Valid = true // a cursor at the unix epoch is still a cursor
+	}
+	statesJSON, _ := json.Marshal(states)
+	page := &store.JobPage{}
+	err = s.read(ctx, "list jobs", func(tx *preparedTx) error {
+		rows, err := tx.QueryContext(ctx, qListJobs, p.Tenant, p.Queue, p.Kind, string(statesJSON), after, afterID, limit+1)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			row, err := scanJob(rows)
+			if err != nil {
+				return err
+			}
+			page.Jobs = append(page.Jobs, row.job)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(page.Jobs) > limit {
+		page.Jobs = page.Jobs[:limit]
+		last := page.Jobs[limit-1]
+		page.NextCursor = encodeCursor(cursorJobs, last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// ListEvents implements store.Store. A Limit of 0 means store.ListLimitMax.
+func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]store.Event, error) {
+	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+		return nil, err
+	}
+	if p.AfterSequence < 0 {
+		return nil, store.Invalid("after_sequence", "must not be negative")
+	}
+	if p.Limit < 0 {
+		return nil, store.Invalid("limit", "must not be negative")
+	}
+	limit := p.Limit
+	if limit == 0 || limit > store.ListLimitMax {
+		limit = store.ListLimitMax
+	}
+	var events []store.Event
+	err := s.read(ctx, "list events", func(tx *preparedTx) error {
+		if err := requireJob(ctx, tx, p.Tenant, p.JobID); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, qListEvents, p.Tenant, p.JobID, p.AfterSequence, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := scanEvent(rows)
+			if err != nil {
+				return err
+			}
+			events = append(events, e)
+		}
+		return rows.Err()
+	})
+	return events, err
+}
+
+// ListAttempts implements store.Store.
+func (s *Store) ListAttempts(ctx context.Context, tenant, jobID string) ([]store.Attempt, error) {
+	if err := validateJobRef(tenant, jobID); err != nil {
+		return nil, err
+	}
+	var attempts []store.Attempt
+	err := s.read(ctx, "list attempts", func(tx *preparedTx) error {
+		if err := requireJob(ctx, tx, tenant, jobID); err != nil {
+			return err
+		}
+		var err error
+		attempts, err = listAttemptsTx(ctx, tx, tenant, jobID)
+		return err
+	})
+	return attempts, err
+}
+
+func listAttemptsTx(ctx context.Context, q querier, tenant, jobID string) ([]store.Attempt, error) {
+	rows, err := q.QueryContext(ctx, qListAttempts, tenant, jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}

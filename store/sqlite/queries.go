@@ -1,0 +1,411 @@
+package sqlite
+
+// Every SQL statement of the engine, by name. Where an operation exists in
+// the PostgreSQL engine too, the constant has the same name there, so the two
+// engines can be read side by side. Parameters are numbered (?1, ?2, ...)
+// because several are used more than once. Times are INTEGER unix
+// microseconds; ?now is always the transaction's clock reading, never
+// SQLite's own clock, so tests can inject time.
+
+// jobSelect reads a job together with its latest checkpoint (the one with
+// the highest seq). Callers append a WHERE clause on j.
+const jobSelect = `
+SELECT j.tenant, j.id, j.queue, j.kind, j.payload, j.metadata, j.priority, j.state,
+       j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
+       j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
+       j.last_error_code, j.last_error_message, j.last_error_retryable, j.result,
+       j.replay_of, j.replayed_as, j.abandoned, j.dependency,
+       c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at
+FROM jobs j
+LEFT JOIN job_checkpoints c
+       ON c.tenant = j.tenant AND c.job_id = j.id
+      AND c.seq = (SELECT max(seq) FROM job_checkpoints m WHERE m.tenant = j.tenant AND m.job_id = j.id)
+`
+
+// qGetJob reads one job of a tenant.
+const qGetJob = jobSelect + `WHERE j.tenant = ?1 AND j.id = ?2`
+
+// qInsertJob inserts a new QUEUED job with no events yet (last_event_seq 0);
+// the caller appends the queued event in the same transaction.
+const qInsertJob = `
+INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+                  attempts, max_attempts, created_at, available_at, retry_deadline,
+                  replay_of, dependency)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13)`
+
+// qBumpEventSeq reserves the job's next event sequence. The UPDATE takes the
+// row (the database write lock, on SQLite), so concurrent appends to one job
+// serialise and sequences stay gapless.
+const qBumpEventSeq = `
+UPDATE jobs SET last_event_seq = last_event_seq + 1
+WHERE tenant = ?1 AND id = ?2
+RETURNING last_event_seq`
+
+// qInsertEvent appends an event with the sequence qBumpEventSeq returned.
+const qInsertEvent = `
+INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
+
+// qListJobs pages a tenant's jobs newest first. ?2/?3 filter queue and kind
+// when not empty, ?4 is a JSON array of states (empty: all), ?5/?6 the
+// cursor (created_at, id; ?5 NULL on the first page), ?7 the limit.
+const qListJobs = jobSelect + `
+WHERE j.tenant = ?1
+  AND (?2 = '' OR j.queue = ?2)
+  AND (?3 = '' OR j.kind = ?3)
+  AND (json_array_length(?4) = 0 OR j.state IN (SELECT value FROM json_each(?4)))
+  AND (?5 IS NULL OR j.created_at < ?5 OR (j.created_at = ?5 AND j.id < ?6))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT ?7`
+
+// qJobExists checks that a job exists for the tenant.
+const qJobExists = `SELECT 1 FROM jobs WHERE tenant = ?1 AND id = ?2`
+
+// qListEvents reads a job's events after a sequence, in order.
+const qListEvents = `
+SELECT job_id, seq, type, at, data FROM job_events
+WHERE tenant = ?1 AND job_id = ?2 AND seq > ?3
+ORDER BY seq
+LIMIT ?4`
+
+// qListAttempts reads a job's attempt history, oldest first.
+const qListAttempts = `
+SELECT job_id, attempt, generation, worker_id, claimed_at, finished_at, outcome,
+       error_code, error_message, error_retryable
+FROM job_attempts
+WHERE tenant = ?1 AND job_id = ?2
+ORDER BY generation`
+
+// qGetAttempt reads the attempt row of one lease generation.
+const qGetAttempt = `
+SELECT worker_id, outcome FROM job_attempts
+WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3`
+
+// qGetIdempotencyKey reads a create_job idempotency record.
+const qGetIdempotencyKey = `
+SELECT fingerprint, job_id, expires_at FROM idempotency_keys
+WHERE tenant = ?1 AND operation = 'create_job' AND key = ?2`
+
+// qDeleteIdempotencyKey removes a record that expired (or whose job is gone)
+// so the key can be used again.
+const qDeleteIdempotencyKey = `
+DELETE FROM idempotency_keys WHERE tenant = ?1 AND operation = 'create_job' AND key = ?2`
+
+// qInsertIdempotencyKey records a create_job key for the dedup window.
+const qInsertIdempotencyKey = `
+INSERT INTO idempotency_keys (tenant, operation, key, fingerprint, job_id, expires_at)
+VALUES (?1, 'create_job', ?2, ?3, ?4, ?5)`
+
+// qActiveLeases counts a queue's unexpired leases, for its concurrency
+// limit.
+const qActiveLeases = `
+SELECT count(*) FROM jobs
+WHERE tenant = ?1 AND queue = ?2 AND state = 'leased' AND lease_expires_at > ?3`
+
+// qCancelExpiredRequested terminalises jobs whose holder was asked to
+// cancel and let the lease expire without acknowledging: they are never
+// claimable again, so the claim that finds them finishes them as CANCELLED.
+// ?3 is a JSON array of queues.
+const qCancelExpiredRequested = `
+UPDATE jobs INDEXED BY jobs_cancel_requested_idx
+SET state = 'cancelled', finished_at = ?2, lease_expires_at = NULL
+WHERE tenant = ?1
+  AND queue IN (SELECT value FROM json_each(?3))
+  AND state = 'leased' AND cancel_requested = 1 AND lease_expires_at <= ?2
+RETURNING id, lease_generation, lease_owner, cancel_reason, attempts`
+
+// qClaim leases up to ?4 claimable jobs of the queues in ?3 (a JSON array)
+// to worker ?5, in claim order, in one statement: the selection and the
+// state change cannot be separated. ?6 is a JSON object queue → lease
+// duration in microseconds.
+//
+// Candidates come from two indexes, each walked only over claimable rows:
+// QUEUED jobs from jobs_claim_idx (in claim order, so for one queue the walk
+// stops after LIMIT rows) and expired leases from jobs_leased_idx (a range
+// up to now). Walking one index over both states would step over every
+// live lease of the queue on each claim. Each branch repeats its partial
+// index's predicate verbatim, which SQLite requires before it uses a partial
+// index, and INDEXED BY turns a plan without the index into an error rather
+// than a slow claim. Across several queues the QUEUED candidates are merged
+// with a sort bounded by the LIMIT; qClaimOneQueue avoids even that.
+const qClaim = claimHead + `
+        WHERE tenant = ?1 AND queue IN (SELECT value FROM json_each(?3))` + claimQueued + `
+        WHERE tenant = ?1 AND queue IN (SELECT value FROM json_each(?3))` + claimTail
+
+// qClaimOneQueue is qClaim for a single queue (?3 is its name).
+const qClaimOneQueue = claimHead + `
+        WHERE tenant = ?1 AND queue = ?3` + claimQueued + `
+        WHERE tenant = ?1 AND queue = ?3` + claimTail
+
+const claimHead = `
+UPDATE jobs
+SET state = 'leased',
+    lease_owner = ?5,
+    lease_generation = lease_generation + 1,
+    attempts = attempts + 1,
+    lease_expires_at = ?2 + (SELECT value FROM json_each(?6) WHERE key = jobs.queue)
+WHERE (tenant, id) IN (
+    SELECT tenant, id FROM (
+      SELECT * FROM (
+        SELECT tenant, id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx`
+
+const claimQueued = `
+          AND state = 'queued' AND cancel_requested = 0
+          AND available_at <= ?2
+        ORDER BY priority DESC, available_at, id
+        LIMIT ?4)
+      UNION ALL
+      SELECT * FROM (
+        SELECT tenant, id, priority, available_at FROM jobs INDEXED BY jobs_leased_idx`
+
+const claimTail = `
+          AND state = 'leased'
+          AND lease_expires_at <= ?2 AND cancel_requested = 0
+        ORDER BY priority DESC, available_at, id
+        LIMIT ?4))
+    ORDER BY priority DESC, available_at, id
+    LIMIT ?4)
+RETURNING id, queue, lease_generation, attempts, lease_expires_at`
+
+// qExpireAttempt closes the attempt of the previous generation when a claim
+// takes over its expired lease. It matches only a running attempt, so it
+// tells the caller whether the claim was a takeover.
+const qExpireAttempt = `
+UPDATE job_attempts SET outcome = 'lease_expired', finished_at = ?4
+WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3 AND outcome = 'running'
+RETURNING worker_id`
+
+// qInsertAttempt records a new claim.
+const qInsertAttempt = `
+INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, outcome)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running')`
+
+// qCloseAttempt closes the running attempt of a generation.
+const qCloseAttempt = `
+UPDATE job_attempts
+SET outcome = ?4, finished_at = ?5, error_code = ?6, error_message = ?7, error_retryable = ?8
+WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3 AND outcome = 'running'`
+
+// leaseHeld is the lease compare-and-set predicate shared by every
+// lease-bound statement: ?1 tenant, ?2 job, ?3 worker, ?4 generation, ?5 now.
+const leaseHeld = `
+WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
+  AND lease_owner = ?3 AND lease_generation = ?4 AND lease_expires_at > ?5`
+
+// qLockLease reads the job only while the token's lease is current.
+const qLockLease = `SELECT queue, attempts, max_attempts, retry_deadline, cancel_requested, cancel_reason FROM jobs` + leaseHeld
+
+// qRenew extends a current lease by ?6 microseconds, or by the queue's
+// default lease when ?6 is 0.
+const qRenew = `
+UPDATE jobs
+SET lease_expires_at = ?5 + CASE WHEN ?6 > 0 THEN ?6 ELSE coalesce(
+        (SELECT p.default_lease_duration_ns / 1000 FROM queue_policies p
+          WHERE p.tenant = jobs.tenant AND p.queue = jobs.queue), ?7) END` + leaseHeld + `
+RETURNING lease_expires_at, cancel_requested`
+
+// qComplete finishes a job the token holds as SUCCEEDED.
+const qComplete = `
+UPDATE jobs
+SET state = 'succeeded', result = ?6, finished_at = ?5, lease_expires_at = NULL` + leaseHeld + `
+RETURNING attempts`
+
+// qRetryQueued reschedules a failed attempt.
+const qRetryQueued = `
+UPDATE jobs
+SET state = 'queued', available_at = ?6, lease_expires_at = NULL,
+    last_error_code = ?7, last_error_message = ?8, last_error_retryable = ?9` + leaseHeld
+
+// qRetryFinal ends a failed attempt's job as FAILED, DEAD or, when its
+// cancellation was requested, CANCELLED (?6).
+const qRetryFinal = `
+UPDATE jobs
+SET state = ?6, finished_at = ?5, lease_expires_at = NULL,
+    last_error_code = ?7, last_error_message = ?8, last_error_retryable = ?9` + leaseHeld
+
+// qCancelLeased ends the token's job as CANCELLED; the reason ?6 replaces
+// the stored one only when given.
+const qCancelLeased = `
+UPDATE jobs
+SET state = 'cancelled', finished_at = ?5, lease_expires_at = NULL,
+    cancel_reason = CASE WHEN ?6 <> '' THEN ?6 ELSE cancel_reason END` + leaseHeld + `
+RETURNING attempts`
+
+// qRelease gives a job back: QUEUED, available now, attempt not spent.
+const qRelease = `
+UPDATE jobs
+SET state = 'queued', available_at = ?5, lease_expires_at = NULL, attempts = attempts - 1` + leaseHeld + `
+RETURNING queue, attempts`
+
+// qCancelQueued is a client's cancel of a QUEUED job.
+const qCancelQueued = `
+UPDATE jobs
+SET state = 'cancelled', finished_at = ?3, cancel_requested = 1, cancel_reason = ?4
+WHERE tenant = ?1 AND id = ?2 AND state = 'queued'`
+
+// qRequestCancelLeased is a client's cancel of a LEASED job: the holder is
+// told on its next renew and no new claim takes the job.
+const qRequestCancelLeased = `
+UPDATE jobs
+SET cancel_requested = 1, cancel_reason = ?3
+WHERE tenant = ?1 AND id = ?2 AND state = 'leased' AND cancel_requested = 0`
+
+// qLatestCheckpoint is the id of a job's newest checkpoint.
+const qLatestCheckpoint = `
+SELECT id FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC LIMIT 1`
+
+// qInsertCheckpoint stores a checkpoint under the seq of its event.
+const qInsertCheckpoint = `
+INSERT INTO job_checkpoints (tenant, id, job_id, seq, phase, state, generation, parent_id, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+
+// qTrimCheckpoints keeps only the newest ?3 checkpoints of a job.
+const qTrimCheckpoints = `
+DELETE FROM job_checkpoints
+WHERE tenant = ?1 AND job_id = ?2
+  AND seq NOT IN (SELECT seq FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC LIMIT ?3)`
+
+// effectColumns are the columns scanEffect reads.
+const effectColumns = `job_id, effect_key, status, generation, provider_operation_id, result, created_at, updated_at`
+
+// qGetEffect reads one ledger entry.
+const qGetEffect = `SELECT ` + effectColumns + ` FROM job_effects WHERE tenant = ?1 AND job_id = ?2 AND effect_key = ?3`
+
+// qListEffects reads a job's ledger by key.
+const qListEffects = `SELECT ` + effectColumns + ` FROM job_effects WHERE tenant = ?1 AND job_id = ?2 ORDER BY effect_key`
+
+// qInsertEffect reserves a new key for the current generation.
+const qInsertEffect = `
+INSERT INTO job_effects (tenant, job_id, effect_key, status, generation, created_at, updated_at)
+VALUES (?1, ?2, ?3, 'reserved', ?4, ?5, ?5)
+RETURNING ` + effectColumns
+
+// qReReserveEffect takes over a FAILED entry for the current generation.
+const qReReserveEffect = `
+UPDATE job_effects
+SET status = 'reserved', generation = ?4, provider_operation_id = '', result = NULL, updated_at = ?5
+WHERE tenant = ?1 AND job_id = ?2 AND effect_key = ?3 AND status = 'failed'
+RETURNING ` + effectColumns
+
+// qRecordEffect stores an outcome. A succeeded entry is final and is not
+// matched.
+const qRecordEffect = `
+UPDATE job_effects
+SET status = ?4, generation = ?5, provider_operation_id = ?6, result = ?7, updated_at = ?8
+WHERE tenant = ?1 AND job_id = ?2 AND effect_key = ?3 AND status <> 'succeeded'
+RETURNING ` + effectColumns
+
+// qListDeadJobs pages a tenant's DEAD jobs newest first by finished_at.
+// ?4/?5 are the cursor (finished_at, id; ?4 NULL on the first page).
+const qListDeadJobs = jobSelect + `
+WHERE j.tenant = ?1 AND j.state = 'dead'
+  AND (?2 = '' OR j.queue = ?2)
+  AND (?3 OR j.abandoned = 0)
+  AND (?4 IS NULL OR j.finished_at < ?4 OR (j.finished_at = ?4 AND j.id < ?5))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT ?6`
+
+// qMarkReplayed links a dead job to its replay.
+const qMarkReplayed = `
+UPDATE jobs SET replayed_as = ?3
+WHERE tenant = ?1 AND id = ?2 AND state = 'dead' AND replayed_as = '' AND abandoned = 0`
+
+// qMarkAbandoned abandons a dead job.
+const qMarkAbandoned = `
+UPDATE jobs SET abandoned = 1
+WHERE tenant = ?1 AND id = ?2 AND state = 'dead' AND replayed_as = '' AND abandoned = 0`
+
+// policyColumns are the columns scanPolicy reads.
+const policyColumns = `queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier, jitter_fraction,
+       retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
+       default_lease_duration_ns, concurrency_limit, paused`
+
+// qGetPolicy reads a stored policy.
+const qGetPolicy = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = ?1 AND queue = ?2`
+
+// qListPolicies reads every stored policy of a tenant.
+const qListPolicies = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = ?1`
+
+// qUpsertPolicy stores a policy, keeping the paused flag of an existing
+// row (?13 is used only for a new row).
+const qUpsertPolicy = `
+INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier,
+    jitter_fraction, retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
+    default_lease_duration_ns, concurrency_limit, paused, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+ON CONFLICT (tenant, queue) DO UPDATE SET
+    max_attempts = excluded.max_attempts,
+    initial_delay_ns = excluded.initial_delay_ns,
+    max_delay_ns = excluded.max_delay_ns,
+    multiplier = excluded.multiplier,
+    jitter_fraction = excluded.jitter_fraction,
+    retryable_error_codes = excluded.retryable_error_codes,
+    non_retryable_error_codes = excluded.non_retryable_error_codes,
+    total_retry_deadline_ns = excluded.total_retry_deadline_ns,
+    default_lease_duration_ns = excluded.default_lease_duration_ns,
+    concurrency_limit = excluded.concurrency_limit,
+    updated_at = excluded.updated_at
+RETURNING ` + policyColumns
+
+// qSetPaused sets the paused flag, creating the row from defaults
+// (?3-?12) when the queue has none.
+const qSetPaused = `
+INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier,
+    jitter_fraction, retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
+    default_lease_duration_ns, concurrency_limit, paused, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+ON CONFLICT (tenant, queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+RETURNING ` + policyColumns
+
+// qQueueStats counts one queue's jobs by state; available counts QUEUED jobs
+// whose time has come.
+const qQueueStats = `
+SELECT state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?3), 0)
+FROM jobs WHERE tenant = ?1 AND queue = ?2
+GROUP BY state`
+
+// qQueueCounts is qQueueStats for every queue of a tenant.
+const qQueueCounts = `
+SELECT queue, state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?2), 0)
+FROM jobs WHERE tenant = ?1
+GROUP BY queue, state`
+
+// pruneBatch selects (implicitly, as a subquery) the oldest terminal jobs
+// finished before ?1, across tenants, at most ?2 of them. Both prune
+// statements of one batch use it inside one write transaction, so they see
+// the same rows.
+const pruneBatch = `
+SELECT tenant, id FROM jobs
+WHERE finished_at IS NOT NULL AND finished_at < ?1
+  AND state IN ('succeeded', 'failed', 'cancelled', 'dead')
+ORDER BY finished_at, tenant, id
+LIMIT ?2`
+
+// qPruneJobIdempotencyKeys deletes the idempotency records of a prune batch.
+const qPruneJobIdempotencyKeys = `
+DELETE FROM idempotency_keys WHERE (tenant, job_id) IN (` + pruneBatch + `)`
+
+// qPruneJobs deletes a batch of finished jobs; their events, attempts,
+// checkpoints and effects go with them by ON DELETE CASCADE.
+const qPruneJobs = `
+DELETE FROM jobs WHERE (tenant, id) IN (` + pruneBatch + `)`
+
+// qPruneIdempotencyKeys deletes up to ?2 records that expired at ?1.
+const qPruneIdempotencyKeys = `
+DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
+    SELECT tenant, operation, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)`
+
+// statements are the queries prepared once per connection (see prepared).
+// Fragments (jobSelect, leaseHeld, claimJobsUpdate, ...) are not statements.
+var statements = []string{
+	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
+	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
+	qActiveLeases, qCancelExpiredRequested, qClaim, qClaimOneQueue,
+	qExpireAttempt, qInsertAttempt, qCloseAttempt, qLockLease, qRenew, qComplete,
+	qRetryQueued, qRetryFinal, qCancelLeased, qRelease, qCancelQueued,
+	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
+	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs,
+	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
+	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
+	qPruneIdempotencyKeys,
+}
