@@ -1,0 +1,300 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// reportTimeout bounds publishing one outcome (retries included). Reports
+// run on a context detached from shutdown: an outcome computed during the
+// grace period must still reach the coordinator.
+const reportTimeout = 30 * time.Second
+
+// execution is one held lease and the handler running on it.
+type execution struct {
+	w     *Worker
+	token *leaseholdv1.LeaseToken
+	key   leaseKey
+	job   *Job
+	// ctx is the handler's context; cancel's cause says why it ended.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// mu guards the fields below. Lock order: Worker.mu, then execution.mu.
+	mu sync.Mutex
+	// lost: the lease is gone; nothing more may be published for it.
+	lost bool
+	// released: shutdown gave the lease back; nothing more may be published.
+	released bool
+	// cancelRequested: a client asked to cancel; cancelReason is theirs.
+	cancelRequested bool
+	cancelReason    string
+	// claimed: the single right to publish the lease's outcome (complete,
+	// retry, cancel or release) has been taken.
+	claimed bool
+	// effectsCalled holds the effect keys this attempt has called.
+	effectsCalled map[string]bool
+}
+
+// leaseKey identifies one lease: a job may be leased to this worker again
+// (a newer generation) while the handler of a lost older lease still runs.
+type leaseKey struct {
+	jobID      string
+	generation int64
+}
+
+func keyOf(t *leaseholdv1.LeaseToken) leaseKey {
+	return leaseKey{jobID: t.GetJobId(), generation: t.GetLeaseGeneration()}
+}
+
+// markLost fences the execution off: its handler is cancelled with cause
+// ErrLeaseLost and its outcome will be dropped.
+func (e *execution) markLost() {
+	e.mu.Lock()
+	e.lost = true
+	e.mu.Unlock()
+	e.cancel(ErrLeaseLost)
+}
+
+// markCancelRequested cancels the handler with cause ErrCancelRequested; a
+// failed outcome is then reported as an acknowledged cancellation.
+func (e *execution) markCancelRequested(reason string) {
+	e.mu.Lock()
+	if e.lost {
+		e.mu.Unlock()
+		return
+	}
+	e.cancelRequested = true
+	if reason != "" {
+		e.cancelReason = reason
+	}
+	e.mu.Unlock()
+	e.cancel(ErrCancelRequested)
+}
+
+// heartbeatable reports whether the lease is still worth renewing.
+func (e *execution) heartbeatable() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.lost && !e.released
+}
+
+// checkPublishable returns ErrLeaseLost once nothing may be published.
+func (e *execution) checkPublishable() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lost || e.released {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// publishError turns a refused lease-bound call into ErrLeaseLost (and
+// fences the execution); other errors pass through.
+func (e *execution) publishError(err error) error {
+	if isLeaseLost(err) {
+		e.markLost()
+		return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	}
+	return err
+}
+
+// startEffect records that this attempt is about to call key and reports
+// whether it is the first time.
+func (e *execution) startEffect(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.effectsCalled[key] {
+		return false
+	}
+	if e.effectsCalled == nil {
+		e.effectsCalled = map[string]bool{}
+	}
+	e.effectsCalled[key] = true
+	return true
+}
+
+// outcomeRight is the state in which the publishing right was taken.
+type outcomeRight struct {
+	ok              bool // false: someone else already took it
+	lost            bool
+	cancelRequested bool
+	cancelReason    string
+}
+
+// claim takes the single right to publish the lease's outcome. release says
+// the taker is shutdown giving the lease back.
+func (e *execution) claim(release bool) outcomeRight {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.claimed {
+		return outcomeRight{}
+	}
+	e.claimed = true
+	if release && !e.lost {
+		e.released = true
+	}
+	return outcomeRight{ok: true, lost: e.lost, cancelRequested: e.cancelRequested, cancelReason: e.cancelReason}
+}
+
+// execute runs the handler on e and publishes its outcome. It runs on its
+// own goroutine, counted in Worker.active.
+func (w *Worker) execute(e *execution) {
+	defer w.finished(e)
+	ctx, span := w.startSpan(e)
+	result, err := w.callHandler(ctx, e.job)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	w.publish(e, result, err)
+}
+
+// callHandler runs the job's handler, turning a panic into a retryable
+// failure coded PANIC: one bad job must never crash the worker (and with it
+// every other lease it holds).
+func (w *Worker) callHandler(ctx context.Context, job *Job) (result []byte, err error) {
+	h := w.handlerFor(job.Kind)
+	if h == nil {
+		// Retryable: a newer worker that knows the kind may be deployed.
+		return nil, WithCode(codeNoHandler, fmt.Errorf("no handler registered for kind %q", job.Kind))
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			// The stack goes to the log only: the job's error is shown to
+			// producers and operators, who need the panic, not our frames.
+			w.log.ErrorContext(ctx, "handler panicked", "job_id", job.ID, "kind", job.Kind,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			result, err = nil, WithCode(codePanic, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	return h(ctx, job)
+}
+
+// publish reports the handler's outcome, unless the lease is lost (nothing
+// may be published) or shutdown already released it.
+func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
+	right := e.claim(false)
+	if !right.ok {
+		return
+	}
+	attrs := []any{slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation)}
+	if right.lost {
+		w.log.Info("lease lost while the handler ran; outcome dropped", attrs...)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), reportTimeout)
+	defer cancel()
+	var what string
+	var call func(ctx context.Context) error
+	switch {
+	case handlerErr == nil:
+		// Even after a cancel request: the work is done, and reporting it
+		// cancelled would hide side effects that happened. The coordinator's
+		// compare-and-set decides between the two.
+		what = "complete"
+		call = func(ctx context.Context) error {
+			_, err := w.api.Complete(ctx, &leaseholdv1.CompleteRequest{Token: e.token, Result: result})
+			return err
+		}
+	case right.cancelRequested:
+		what = "acknowledge cancel"
+		reason := cmp.Or(right.cancelReason, "cancel requested")
+		call = func(ctx context.Context) error {
+			_, err := w.api.Cancel(ctx, &leaseholdv1.CancelRequest{Token: e.token, Reason: truncate(reason, 1024)})
+			return err
+		}
+	case errors.Is(context.Cause(e.ctx), ErrShutdown):
+		// Cut short by shutdown: give the job back without spending the
+		// attempt.
+		what = "release"
+		call = func(ctx context.Context) error {
+			_, err := w.api.Release(ctx, &leaseholdv1.ReleaseRequest{Token: e.token})
+			return err
+		}
+	default:
+		f := classify(handlerErr)
+		what = "retry"
+		req := &leaseholdv1.RetryRequest{
+			Token: e.token,
+			Error: &leaseholdv1.JobError{Code: f.code, Message: f.message, Retryable: f.retryable},
+		}
+		if f.retryAfter > 0 {
+			req.RetryAfter = durationpb.New(f.retryAfter)
+		}
+		attrs = append(attrs, slog.String("error_code", f.code), slog.Bool("retryable", f.retryable))
+		call = func(ctx context.Context) error {
+			_, err := w.api.Retry(ctx, req)
+			return err
+		}
+	}
+	err := retryTransient(ctx, call)
+	switch {
+	case err == nil:
+		w.log.Debug("reported "+what, attrs...)
+	case isLeaseLost(err):
+		e.markLost()
+		w.log.Info("lease lost before "+what+"; outcome dropped", append(attrs, slog.Any("error", err))...)
+	default:
+		// The lease expires and the job is retried elsewhere: at least once.
+		w.log.Error("could not "+what+"; the lease will expire", append(attrs, slog.Any("error", err))...)
+	}
+}
+
+// release gives a lease back (shutdown, or a lease this worker cannot take).
+// It runs on its own goroutine, counted in Worker.active.
+func (w *Worker) release(token *leaseholdv1.LeaseToken, why string) {
+	defer w.doneActive()
+	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	defer cancel()
+	err := retryTransient(ctx, func(ctx context.Context) error {
+		_, err := w.api.Release(ctx, &leaseholdv1.ReleaseRequest{Token: token})
+		return err
+	})
+	attrs := []any{slog.String("job_id", token.GetJobId()), slog.Int64("generation", token.GetLeaseGeneration()), slog.String("why", why)}
+	if err != nil && !isLeaseLost(err) {
+		w.log.Warn("could not release lease; it will expire", append(attrs, slog.Any("error", err))...)
+		return
+	}
+	w.log.Debug("released lease", attrs...)
+}
+
+// startSpan starts the handler's span, linked (not parented) to the
+// producer's span carried in the job metadata: the job runs in its own
+// trace, later and possibly many times, but stays navigable to its cause.
+func (w *Worker) startSpan(e *execution) (context.Context, trace.Span) {
+	j := e.job
+	opts := []trace.SpanStartOption{
+		trace.WithNewRoot(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("leasehold.job.id", j.ID),
+			attribute.String("leasehold.job.queue", j.Queue),
+			attribute.String("leasehold.job.kind", j.Kind),
+			attribute.Int("leasehold.job.attempt", int(j.Attempt)),
+			attribute.Int64("leasehold.lease.generation", j.Token.Generation),
+			attribute.String("leasehold.worker.id", j.Token.WorkerID),
+		),
+	}
+	producer := trace.SpanContextFromContext(
+		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(j.Metadata)))
+	if producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	return w.tracer.Start(e.ctx, "leasehold.job "+j.Kind, opts...)
+}
