@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 
 	"github.com/pressly/goose/v3"
@@ -34,7 +35,7 @@ const (
 // Up applies every pending migration of engine to db and returns the
 // versions it applied.
 func Up(ctx context.Context, db *sql.DB, engine Engine) ([]int64, error) {
-	p, err := provider(db, engine)
+	p, err := provider(ctx, db, engine)
 	if err != nil {
 		return nil, err
 	}
@@ -51,14 +52,14 @@ func Up(ctx context.Context, db *sql.DB, engine Engine) ([]int64, error) {
 
 // Version returns the schema version currently applied to db.
 func Version(ctx context.Context, db *sql.DB, engine Engine) (int64, error) {
-	p, err := provider(db, engine)
+	p, err := provider(ctx, db, engine)
 	if err != nil {
 		return 0, err
 	}
 	return p.GetDBVersion(ctx)
 }
 
-func provider(db *sql.DB, engine Engine) (*goose.Provider, error) {
+func provider(ctx context.Context, db *sql.DB, engine Engine) (*goose.Provider, error) {
 	sub, err := fs.Sub(files, string(engine))
 	if err != nil {
 		return nil, fmt.Errorf("migrations for %q: %w", engine, err)
@@ -70,7 +71,12 @@ func provider(db *sql.DB, engine Engine) (*goose.Provider, error) {
 	switch engine {
 	case Postgres:
 		dialect = goose.DialectPostgres
-		locker, err := lock.NewPostgresSessionLocker()
+		id, err := postgresLockID(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		// Poll every second (goose's default is 5s) for up to 5 minutes.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(id), lock.WithLockTimeout(1, 300))
 		if err != nil {
 			return nil, fmt.Errorf("migration lock: %w", err)
 		}
@@ -81,4 +87,17 @@ func provider(db *sql.DB, engine Engine) (*goose.Provider, error) {
 		return nil, fmt.Errorf("unknown engine %q", engine)
 	}
 	return goose.NewProvider(dialect, db, sub, opts...)
+}
+
+// postgresLockID is the advisory lock id of the schema db migrates
+// (current_schema()). Schemas are migrated independently, so each gets its
+// own lock: processes migrating one schema still exclude each other, while
+// migrations of different schemas in one database (tests, side-by-side
+// deployments) do not queue behind goose's single database-wide lock.
+func postgresLockID(ctx context.Context, db *sql.DB) (int64, error) {
+	var schema string
+	if err := db.QueryRowContext(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
+		return 0, fmt.Errorf("migration lock: read the current schema: %w", err)
+	}
+	return lock.DefaultLockID ^ int64(crc32.ChecksumIEEE([]byte(schema)))<<32, nil
 }

@@ -1,0 +1,334 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// claimLockClass is the first key of the advisory locks that serialise
+// claims on a queue with a concurrency limit ("LH").
+const claimLockClass = 0x4C48
+
+// Claim implements store.Store, in one transaction:
+//
+//  1. jobs of the queues whose cancellation was requested and whose lease
+//     expired unacknowledged become CANCELLED (attempt lease_expired, one
+//     CANCELLED event), so they never stay stuck;
+//  2. paused queues are dropped; each queue with a concurrency limit is
+//     locked (transaction advisory lock) and gets the share its unexpired
+//     leases leave;
+//  3. qClaim selects (FOR UPDATE SKIP LOCKED) and leases the jobs in one
+//     statement; a job whose lease expired is taken over at generation + 1,
+//     its old attempt closed as lease_expired with a LEASE_EXPIRED event;
+//  4. every claimed job gets its LEASED event and a running attempt row,
+//     and is returned with its latest checkpoint and effect ledger.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateClaim(p); err != nil {
+		return nil, err
+	}
+	var out []store.ClaimedJob
+	err := s.withTx(ctx, "claim", func(tx pgx.Tx) error {
+		var err error
+		out, err = s.claim(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimed is one row of qClaim.
+type claimed struct {
+	rec            *jobRecord
+	prevState      string
+	prevOwner      string
+	prevGeneration int64
+}
+
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
+	now, err := txNow(ctx, tx, p.Now)
+	if err != nil {
+		return nil, err
+	}
+	queues := slices.Compact(slices.Sorted(slices.Values(p.Queues)))
+	policies, err := loadPolicies(ctx, tx, p.Tenant, queues)
+	if err != nil {
+		return nil, err
+	}
+	if err := cancelExpiredRequested(ctx, tx, p.Tenant, queues, now); err != nil {
+		return nil, err
+	}
+
+	var names []string
+	var caps []int32
+	var leases []int64
+	var limited []string
+	for _, q := range queues {
+		if pol := policies[q]; !pol.Paused && pol.ConcurrencyLimit > 0 {
+			limited = append(limited, q)
+		}
+	}
+	active := map[string]int64{}
+	if len(limited) > 0 {
+		// Sorted lock order: two claimers never wait on each other in a
+		// cycle.
+		for _, q := range limited {
+			if _, err := tx.Exec(ctx, qAdvisoryLockQueue, int32(claimLockClass), p.Tenant+"/"+q); err != nil {
+				return nil, err
+			}
+		}
+		rows, err := tx.Query(ctx, qActiveLeases, p.Tenant, limited, now)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var q string
+			var n int64
+			if err := rows.Scan(&q, &n); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			active[q] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	for _, q := range queues {
+		pol := policies[q]
+		if pol.Paused {
+			continue
+		}
+		capacity := int64(p.Max)
+		if pol.ConcurrencyLimit > 0 {
+			capacity = min(capacity, int64(pol.ConcurrencyLimit)-active[q])
+		}
+		if capacity <= 0 {
+			continue
+		}
+		names = append(names, q)
+		caps = append(caps, int32(capacity))
+		leases = append(leases, int64(cmp.Or(p.LeaseDuration, pol.DefaultLeaseDuration, store.LeaseDurationDefault)))
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+
+	rows, err := tx.Query(ctx, qClaim, p.Tenant, names, caps, leases, now, p.Max, p.Worker)
+	if err != nil {
+		return nil, err
+	}
+	var got []claimed
+	for rows.Next() {
+		var c claimed
+		c.rec, err = scanJob(rows, &c.prevState, &c.prevOwner, &c.prevGeneration)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		got = append(got, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(got) == 0 {
+		return nil, nil
+	}
+	// RETURNING has no order; hand jobs out in claim order.
+	slices.SortFunc(got, func(a, b claimed) int {
+		x, y := a.rec.job, b.rec.job
+		return cmp.Or(cmp.Compare(y.Priority, x.Priority), x.AvailableAt.Compare(y.AvailableAt), cmp.Compare(x.ID, y.ID))
+	})
+
+	var (
+		evs               eventBatch
+		expiredIDs, ids   []string
+		expiredGens, gens []int64
+		attemptNums       []int32
+	)
+	for _, c := range got {
+		j := c.rec.job
+		if c.prevState == string(store.JobStateLeased) {
+			expiredIDs = append(expiredIDs, j.ID)
+			expiredGens = append(expiredGens, c.prevGeneration)
+			evs.add(j.ID, c.rec.lastEventSeq-1, event{typ: store.EventLeaseExpired, data: map[string]any{
+				"worker_id": c.prevOwner, "lease_generation": c.prevGeneration,
+			}})
+		}
+		evs.add(j.ID, c.rec.lastEventSeq, event{typ: store.EventLeased, data: map[string]any{
+			"worker_id": p.Worker, "lease_generation": j.LeaseGeneration, "attempt": j.Attempts,
+			"lease_expires_at": j.LeaseExpiresAt,
+		}})
+		ids = append(ids, j.ID)
+		gens = append(gens, j.LeaseGeneration)
+		attemptNums = append(attemptNums, j.Attempts)
+	}
+	if len(expiredIDs) > 0 {
+		if _, err := tx.Exec(ctx, qCloseAttempts, p.Tenant, string(store.AttemptLeaseExpired), now, expiredIDs, expiredGens); err != nil {
+			return nil, err
+		}
+	}
+	if err := evs.insert(ctx, tx, p.Tenant, now); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, qInsertAttempts, p.Tenant, p.Worker, now, ids, attemptNums, gens); err != nil {
+		return nil, err
+	}
+	checkpoints, err := latestCheckpoints(ctx, tx, p.Tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	effects, err := effectsForJobs(ctx, tx, p.Tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.ClaimedJob, 0, len(got))
+	for _, c := range got {
+		j := c.rec.job
+		j.Checkpoint = checkpoints[j.ID]
+		out = append(out, store.ClaimedJob{
+			Job:     j,
+			Token:   store.LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: p.Worker},
+			Effects: effects[j.ID],
+		})
+	}
+	return out, nil
+}
+
+// cancelExpiredRequested terminalizes the cancel-requested jobs of queues
+// whose lease expired without the holder acknowledging the cancel.
+func cancelExpiredRequested(ctx context.Context, tx pgx.Tx, tenant string, queues []string, now time.Time) error {
+	rows, err := tx.Query(ctx, qCancelExpiredRequested, tenant, queues, now)
+	if err != nil {
+		return err
+	}
+	var (
+		evs  eventBatch
+		ids  []string
+		gens []int64
+	)
+	for rows.Next() {
+		var id, owner, reason string
+		var gen, seq int64
+		if err := rows.Scan(&id, &owner, &gen, &seq, &reason); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+		gens = append(gens, gen)
+		evs.add(id, seq, event{typ: store.EventCancelled, data: map[string]any{
+			"reason": reason, "worker_id": owner, "lease_generation": gen, "lease_expired": true,
+		}})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, qCloseAttempts, tenant, string(store.AttemptLeaseExpired), now, ids, gens); err != nil {
+		return err
+	}
+	return evs.insert(ctx, tx, tenant, now)
+}
+
+// latestCheckpoints returns the latest checkpoint of each job that has one.
+func latestCheckpoints(ctx context.Context, q querier, tenant string, ids []string) (map[string]*store.Checkpoint, error) {
+	rows, err := q.Query(ctx, qLatestCheckpoints, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := collect(rows, scanCheckpoint)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*store.Checkpoint, len(cps))
+	for _, c := range cps {
+		out[c.JobID] = c
+	}
+	return out, nil
+}
+
+// effectsForJobs returns each job's effect ledger ordered by key.
+func effectsForJobs(ctx context.Context, q querier, tenant string, ids []string) (map[string][]store.Effect, error) {
+	rows, err := q.Query(ctx, qEffectsForJobs, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	effs, err := collect(rows, scanEffect)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]store.Effect{}
+	for _, e := range effs {
+		out[e.JobID] = append(out[e.JobID], *e)
+	}
+	return out, nil
+}
+
+// Renew implements store.Store. All tokens are renewed in one transaction,
+// in job-id order so that overlapping renewals cannot deadlock; a token
+// that is not the current unexpired lease is reported lost. A lease whose
+// job has a cancel request is still extended, so that its holder has time
+// to acknowledge, and reported as cancel_requested.
+func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewResult, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateRenew(p); err != nil {
+		return nil, err
+	}
+	var duration any
+	if p.LeaseDuration > 0 {
+		duration = int64(p.LeaseDuration)
+	}
+	order := make([]int, len(p.Tokens))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p.Tokens[a].JobID, p.Tokens[b].JobID) })
+
+	var out []store.RenewResult
+	err := s.withTx(ctx, "renew", func(tx pgx.Tx) error {
+		out = make([]store.RenewResult, len(p.Tokens))
+		b := &pgx.Batch{}
+		for _, i := range order {
+			t := p.Tokens[i]
+			b.Queue(qRenew, p.Tenant, t.JobID, t.WorkerID, t.Generation, duration, nowArg(p.Now),
+				int64(store.LeaseDurationDefault))
+		}
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		for _, i := range order {
+			var cancelRequested bool
+			var expires time.Time
+			err := br.QueryRow().Scan(&cancelRequested, &expires)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewLost}
+			case err != nil:
+				return err
+			case cancelRequested:
+				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewCancelRequested, ExpiresAt: expires.UTC()}
+			default:
+				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewRenewed, ExpiresAt: expires.UTC()}
+			}
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

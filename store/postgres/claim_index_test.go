@@ -1,0 +1,102 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/postgres"
+)
+
+// TestClaimUsesIndexAtScale plans the exact statement Claim runs on a table
+// with 100,000 queued jobs in the claimed queue and many more finished,
+// leased and other-queue rows, and fails if PostgreSQL would scan the jobs
+// table sequentially: a claim must stay O(log n) at millions of rows.
+func TestClaimUsesIndexAtScale(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := open(t, migrated(t), store.EngineOptions{})
+	pool := postgres.Pool(s)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	// 100,000 queued jobs in the claimed queue, 120,000 finished ones in
+	// the same queue, 20,000 queued in another queue and 20,000 of another
+	// tenant, 1,000 leased (half expired).
+	const insert = `INSERT INTO jobs (tenant, id, queue, kind, state, max_attempts, priority,
+		created_at, available_at, finished_at, lease_owner, lease_generation, lease_expires_at, attempts)
+	SELECT $1, $2 || g, $3, 'k', $4, 5, g % 7, $5::timestamptz - g * interval '1 second',
+	       $5::timestamptz - g * interval '1 second',
+	       CASE WHEN $4 IN ('succeeded', 'failed', 'cancelled', 'dead') THEN $5::timestamptz - g * interval '1 second' END,
+	       CASE WHEN $4 = 'leased' THEN 'w' ELSE '' END,
+	       CASE WHEN $4 = 'leased' THEN 1 ELSE 0 END,
+	       CASE WHEN $4 = 'leased' THEN $5::timestamptz + (g % 2 * 2 - 1) * interval '1 minute' END,
+	       CASE WHEN $4 = 'queued' THEN 0 ELSE 1 END
+	FROM generate_series(1, $6::int) g`
+	for _, r := range []struct {
+		tenant, prefix, queue, state string
+		n                            int
+	}{
+		{"t1", "q-", "emails", "queued", 100_000},
+		{"t1", "s-", "emails", "succeeded", 200_000},
+		{"t1", "d-", "emails", "dead", 50_000},
+		{"t1", "l-", "emails", "leased", 1_000},
+		{"t1", "o-", "reports", "queued", 50_000},
+		{"t2", "x-", "emails", "queued", 20_000},
+	} {
+		if _, err := pool.Exec(ctx, insert, r.tenant, r.prefix, r.queue, r.state, now, r.n); err != nil {
+			t.Fatalf("insert %d %s jobs: %v", r.n, r.state, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE jobs"); err != nil {
+		t.Fatalf("analyze: %v", err)
+	}
+
+	// The arguments Claim passes for a claim of 10 from two queues.
+	rows, err := pool.Query(ctx, "EXPLAIN "+postgres.ClaimQuery,
+		"t1", []string{"emails", "reports"}, []int32{10, 10},
+		[]int64{int64(30 * time.Second), int64(30 * time.Second)}, now, 10, "worker-1")
+	if err != nil {
+		t.Fatalf("explain the claim query: %v", err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("explain the claim query: %v", err)
+	}
+	text := strings.Join(plan, "\n")
+	t.Logf("claim plan:\n%s", text)
+	if strings.Contains(text, "Seq Scan on jobs") {
+		t.Fatalf("the claim query scans the jobs table sequentially:\n%s", text)
+	}
+	for _, idx := range []string{"jobs_claim_idx", "jobs_lease_expiry_idx"} {
+		if !strings.Contains(text, idx) {
+			t.Errorf("the claim query does not use %s:\n%s", idx, text)
+		}
+	}
+
+	// And the claim itself hands out the highest priority, oldest jobs.
+	got, err := s.Claim(ctx, store.ClaimParams{Tenant: "t1", Worker: "worker-1", Queues: []string{"emails"}, Max: 3, Now: now})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(got))
+	}
+	for _, c := range got {
+		if c.Job.Priority != 6 || c.Job.State != store.JobStateLeased {
+			t.Errorf("claimed job %s with priority %d in state %s, want priority 6 leased", c.Job.ID, c.Job.Priority, c.Job.State)
+		}
+	}
+	// Priority 6 jobs are g = 6, 13, 20, ...; the oldest (largest g) come
+	// first, so the first one is the largest g ≡ 6 (mod 7) ≤ 100,000.
+	if want := "q-99994"; got[0].Job.ID != want {
+		t.Errorf("first claimed job is %s, want %s (highest priority, then oldest)", got[0].Job.ID, want)
+	}
+}

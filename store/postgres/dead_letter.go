@@ -1,0 +1,260 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// ListDeadJobs implements store.Store: DEAD jobs newest first (finished_at
+// desc, id desc) with their attempt history; abandoned ones only when asked.
+func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*store.DeadJobPage, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if p.Queue != "" {
+		if err := validateQueue("queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var afterTime, afterID any
+	if p.Cursor != "" {
+		c, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		afterTime, afterID = c.at, c.id
+	}
+	rows, err := s.pool.Query(ctx, qListDeadJobs, p.Tenant, p.Queue, p.IncludeAbandoned, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, s.readError(ctx, "list_dead_jobs", err)
+	}
+	recs, err := collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+	if err != nil {
+		return nil, s.readError(ctx, "list_dead_jobs", err)
+	}
+	page := &store.DeadJobPage{}
+	if len(recs) > limit {
+		recs = recs[:limit]
+		last := recs[limit-1].job
+		page.NextCursor = encodeCursor(cursor{at: last.FinishedAt, id: last.ID})
+	}
+	if len(recs) == 0 {
+		return page, nil
+	}
+	ids := make([]string, 0, len(recs))
+	for _, r := range recs {
+		ids = append(ids, r.job.ID)
+	}
+	attempts, err := attemptsForJobs(ctx, s.pool, p.Tenant, ids)
+	if err != nil {
+		return nil, s.readError(ctx, "list_dead_jobs", err)
+	}
+	checkpoints, err := latestCheckpoints(ctx, s.pool, p.Tenant, ids)
+	if err != nil {
+		return nil, s.readError(ctx, "list_dead_jobs", err)
+	}
+	for _, r := range recs {
+		r.job.Checkpoint = checkpoints[r.job.ID]
+		page.DeadJobs = append(page.DeadJobs, deadJob(r, attempts[r.job.ID]))
+	}
+	return page, nil
+}
+
+func deadJob(r *jobRecord, attempts []store.Attempt) *store.DeadJob {
+	return &store.DeadJob{Job: r.job, Attempts: attempts, ReplayedAs: r.replayedAs, Abandoned: r.abandoned}
+}
+
+func attemptsForJobs(ctx context.Context, q querier, tenant string, ids []string) (map[string][]store.Attempt, error) {
+	rows, err := q.Query(ctx, qAttemptsForJobs, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	as, err := collect(rows, scanAttempt)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]store.Attempt{}
+	for _, a := range as {
+		out[a.JobID] = append(out[a.JobID], *a)
+	}
+	return out, nil
+}
+
+// loadDeadJob reads a job with its evidence; ErrNotFound when missing,
+// ErrNotDead when not DEAD. lock takes the row lock for a change.
+func loadDeadJob(ctx context.Context, q querier, tenant, id string, lock bool) (*store.DeadJob, error) {
+	query := qGetJob
+	if lock {
+		query = qLockJob
+	}
+	rec, err := scanJob(q.QueryRow(ctx, query, tenant, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.job.State != store.JobStateDead {
+		return nil, fmt.Errorf("job %s is %s: %w", id, rec.job.State, store.ErrNotDead)
+	}
+	if err := attachCheckpoint(ctx, q, rec.job); err != nil {
+		return nil, err
+	}
+	attempts, err := attemptsForJobs(ctx, q, tenant, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	return deadJob(rec, attempts[id]), nil
+}
+
+func validateDeadJobCall(tenant, id, reason string) error {
+	if err := validateTenant(tenant); err != nil {
+		return err
+	}
+	if err := validateJobID(id); err != nil {
+		return err
+	}
+	return store.ValidateReason(reason)
+}
+
+// GetDeadJob implements store.Store.
+func (s *Store) GetDeadJob(ctx context.Context, tenant, jobID string) (*store.DeadJob, error) {
+	if err := validateDeadJobCall(tenant, jobID, ""); err != nil {
+		return nil, err
+	}
+	dj, err := loadDeadJob(ctx, s.pool, tenant, jobID, false)
+	if err != nil {
+		return nil, s.readError(ctx, "get_dead_job", err)
+	}
+	return dj, nil
+}
+
+// ReplayDeadJob implements store.Store. The new job gets a new id, the dead
+// job's queue, kind, payload, metadata, priority, max attempts and
+// dependency, replay_of set, a fresh retry deadline from the queue policy
+// and its own QUEUED event; the dead job stays DEAD as evidence, with
+// replayed_as set and a REPLAYED event. Replaying again is idempotent: it
+// returns the first replay's job with alreadyReplayed = true.
+func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) (*store.Job, bool, error) {
+	if err := validateDeadJobCall(p.Tenant, p.JobID, p.Reason); err != nil {
+		return nil, false, err
+	}
+	var (
+		out     *store.Job
+		already bool
+	)
+	err := s.withTx(ctx, "replay", func(tx pgx.Tx) error {
+		now, err := txNow(ctx, tx, p.Now)
+		if err != nil {
+			return err
+		}
+		dj, err := loadDeadJob(ctx, tx, p.Tenant, p.JobID, true)
+		if err != nil {
+			return err
+		}
+		switch {
+		case dj.Abandoned:
+			return fmt.Errorf("replay job %s: %w", p.JobID, store.ErrAbandoned)
+		case dj.ReplayedAs != "":
+			already = true
+			out, err = getJob(ctx, tx, p.Tenant, dj.ReplayedAs)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// The replay was pruned; its id is all that is left.
+				return fmt.Errorf("replay %s of job %s was pruned: %w", dj.ReplayedAs, p.JobID, store.ErrNotFound)
+			}
+			return err
+		}
+		already = false
+		dead := dj.Job
+		policy, err := getPolicy(ctx, tx, p.Tenant, dead.Queue)
+		if err != nil {
+			return err
+		}
+		var deadline any
+		if policy.Retry.TotalRetryDeadline > 0 {
+			deadline = now.Add(policy.Retry.TotalRetryDeadline)
+		}
+		metadata, err := metadataJSON(dead.Metadata)
+		if err != nil {
+			return err
+		}
+		id, err := s.newID()
+		if err != nil {
+			return err
+		}
+		rec, err := scanJob(tx.QueryRow(ctx, qInsertJob, p.Tenant, id, dead.Queue, dead.Kind, blobArg(dead.Payload),
+			metadata, dead.Priority, dead.MaxAttempts, now, now, deadline, dead.ID, dead.Dependency))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, qInsertEvent, p.Tenant, id, int64(1), string(store.EventQueued), now,
+			event{data: map[string]any{"queue": dead.Queue, "available_at": now, "replay_of": dead.ID, "reason": p.Reason}}.json()); err != nil {
+			return err
+		}
+		var seq int64
+		if err := tx.QueryRow(ctx, qMarkReplayed, p.Tenant, dead.ID, id).Scan(&seq); err != nil {
+			return err
+		}
+		if err := appendReserved(ctx, tx, p.Tenant, dead.ID, seq, now, event{typ: store.EventReplayed, data: map[string]any{
+			"replayed_as": id, "reason": p.Reason,
+		}}); err != nil {
+			return err
+		}
+		out = rec.job
+		return s.notify(ctx, tx, p.Tenant, dead.Queue)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, already, nil
+}
+
+// AbandonDeadJob implements store.Store: the job stays DEAD, marked
+// abandoned, with an ABANDONED event; repeating it returns the job.
+func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams) (*store.DeadJob, error) {
+	if err := validateDeadJobCall(p.Tenant, p.JobID, p.Reason); err != nil {
+		return nil, err
+	}
+	var out *store.DeadJob
+	err := s.withTx(ctx, "abandon", func(tx pgx.Tx) error {
+		now, err := txNow(ctx, tx, p.Now)
+		if err != nil {
+			return err
+		}
+		dj, err := loadDeadJob(ctx, tx, p.Tenant, p.JobID, true)
+		if err != nil {
+			return err
+		}
+		switch {
+		case dj.ReplayedAs != "":
+			return fmt.Errorf("abandon job %s (replayed as %s): %w", p.JobID, dj.ReplayedAs, store.ErrAlreadyReplayed)
+		case dj.Abandoned:
+			out = dj
+			return nil
+		}
+		rec, err := scanJob(tx.QueryRow(ctx, qMarkAbandoned, p.Tenant, p.JobID))
+		if err != nil {
+			return err
+		}
+		if err := appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
+			event{typ: store.EventAbandoned, data: map[string]any{"reason": p.Reason}}); err != nil {
+			return err
+		}
+		rec.job.Checkpoint = dj.Job.Checkpoint
+		out = deadJob(rec, dj.Attempts)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,61 @@
+// Package postgres is the production store.Store engine: PostgreSQL through
+// pgx/v5 and a pgxpool, shared by any number of coordinators.
+//
+// # Schema
+//
+// migrations/postgres holds the schema; Migrate applies it (goose, under a
+// session advisory lock, so two processes may migrate at once) and Open never
+// does. The tables are jobs, job_events, job_attempts, job_checkpoints,
+// job_effects, idempotency_keys and queue_policies, every one keyed by tenant
+// first and every query filtered by tenant.
+//
+// # Transactions and time
+//
+// Each write is one short READ COMMITTED transaction that never outlives the
+// call. A transaction that fails with serialization_failure or
+// deadlock_detected is retried from the start, at most txAttempts times,
+// before store.ErrUnavailable is returned. Queries take the caller's Now
+// through coalesce($now, now()): production uses the database clock, which is
+// one clock for every coordinator, and tests inject time to cross lease
+// expiry without sleeping. now() is the transaction's start time, so every
+// statement of a transaction sees the same instant.
+//
+// # Invariants and how they are kept
+//
+//   - Event sequences are gapless: an event is appended only after bumping
+//     jobs.last_event_seq under the job's row lock in the same transaction,
+//     and a state change and its event always share a transaction. Exactly
+//     one terminal event is written, by the transition that leaves a
+//     non-terminal state; a terminal row is never updated back.
+//   - Claims select with FOR UPDATE SKIP LOCKED and set the lease in the same
+//     statement (a row lock is not a lease). Concurrent claimers skip each
+//     other's rows instead of waiting, and a job is leased to one holder per
+//     generation. A queue with a concurrency limit is claimed under a
+//     transaction-scoped advisory lock on (tenant, queue), so coordinators
+//     cannot together exceed the limit.
+//   - Lease-bound writes are compare-and-sets on (tenant, id, state =
+//     leased, owner, generation, lease_expires_at > now). When zero rows
+//     match, the row is read to tell a missing job (store.ErrNotFound), a
+//     repeated terminal report from the generation that made it (the same
+//     job is returned) and everything else (store.ErrLeaseLost).
+//   - A cancel-requested job is never claimed again. If its holder never
+//     acknowledges, the next Claim on its queue (or a RequestCancel after the
+//     lease expired) makes it CANCELLED with its attempt closed as
+//     lease_expired. A Retry or Release of a cancel-requested job ends it
+//     CANCELLED rather than queueing it again.
+//   - Creating a job commits the job, its QUEUED event (sequence 1) and its
+//     idempotency record together. The record is inserted first with
+//     ON CONFLICT, so concurrent creates with one key block on each other
+//     and exactly one job is made; the others replay it.
+//
+// # Notifications
+//
+// Creates, reschedules, releases, replays and resumes call pg_notify inside
+// their transaction (so a notification is sent only if the change commits;
+// PostgreSQL folds identical ones) with the payload tenant + "\x1f" +
+// queue. The channel is leasehold_jobs in the public schema and
+// leasehold_jobs_<hash of the schema> elsewhere, so that schemas sharing a
+// database do not wake each other. SubscribeJobs LISTENs on a dedicated
+// connection outside the pool and reconnects with backoff when that
+// connection drops.
+package postgres

@@ -1,0 +1,33 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Test-only access to internals.
+
+// DatabaseURL is the URL the store was opened with, so that a test can open
+// a second store or migrate the same schema.
+func DatabaseURL(s *Store) string { return s.cfg.DatabaseURL }
+
+// Pool is the store's connection pool, for tests that inspect tables
+// directly.
+func Pool(s *Store) *pgxpool.Pool { return s.pool }
+
+// SetOnListen installs a hook called with the backend pid each time a
+// listener connection has issued LISTEN. Call it before SubscribeJobs.
+func SetOnListen(s *Store, fn func(pid uint32)) { s.onListen = fn }
+
+// The exact claim statement Claim runs, for EXPLAIN.
+const ClaimQuery = qClaim
+
+// Cursor codec.
+var (
+	EncodeCursor = func(at time.Time, id string) string { return encodeCursor(cursor{at: at, id: id}) }
+	DecodeCursor = func(s string) (time.Time, string, error) {
+		c, err := decodeCursor(s)
+		return c.at, c.id, err
+	}
+)

@@ -1,0 +1,305 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	// The database/sql driver "pgx", used only by Migrate (goose runs on
+	// database/sql).
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/leasehold/leasehold/migrations"
+	"github.com/leasehold/leasehold/store"
+)
+
+// Config configures Open.
+type Config struct {
+	// DatabaseURL is a libpq-style URL or DSN, e.g.
+	// postgres://user@host:5432/db?sslmode=disable. Required.
+	DatabaseURL string
+	// MaxConns caps the pool. Default (0): pgxpool's default,
+	// max(4, number of CPUs).
+	MaxConns int32
+	// Options are the engine knobs shared with SQLite. Default: production
+	// settings (see store.EngineOptions).
+	Options store.EngineOptions
+	// Logger receives the engine's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// txAttempts bounds how many times a transaction that lost a serialization
+// or deadlock race is run before the call gives up with ErrUnavailable.
+const txAttempts = 5
+
+// Store is the PostgreSQL engine. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	opts   store.EngineOptions
+	logger *slog.Logger
+	// channel is the NOTIFY channel of the schema the store works in (see
+	// channelFor).
+	channel string
+
+	// closeCtx is cancelled by Close so that listener goroutines end even
+	// when their subscriber's ctx is still live; listeners counts them.
+	// listenersMu guards closed and orders listeners.Add before Close's
+	// Wait.
+	closeCtx    context.Context
+	closeFn     context.CancelFunc
+	listenersMu sync.Mutex
+	closed      bool
+	listeners   sync.WaitGroup
+	closeOnce   sync.Once
+
+	// onListen, when set (tests only), is called with the backend pid each
+	// time a listener connection has issued LISTEN.
+	onListen func(pid uint32)
+}
+
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.JobNotifier = (*Store)(nil)
+)
+
+// Open connects a pool to an already migrated database (see Migrate) and
+// checks that the database answers.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, store.Invalid("database_url", "is required")
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		// The parse error can quote the URL, password included.
+		return nil, store.Invalid("database_url", "is not a valid PostgreSQL URL")
+	}
+	if cfg.MaxConns < 0 {
+		return nil, store.Invalid("max_conns", "must not be negative")
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres store: %w", interpretError(err))
+	}
+	// Reading the schema also checks that the database answers.
+	var schema string
+	if err := pool.QueryRow(ctx, qCurrentSchema).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres store: %w", interpretError(err))
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	closeCtx, closeFn := context.WithCancel(context.Background())
+	return &Store{
+		pool:     pool,
+		cfg:      cfg,
+		opts:     cfg.Options.WithDefaults(),
+		logger:   logger,
+		channel:  channelFor(schema),
+		closeCtx: closeCtx,
+		closeFn:  closeFn,
+	}, nil
+}
+
+// Migrate applies every pending migration to the database at databaseURL.
+// It is idempotent, and safe from two processes at once: goose holds a
+// session advisory lock while it migrates.
+func Migrate(ctx context.Context, databaseURL string) error {
+	if _, err := pgxpool.ParseConfig(databaseURL); err != nil {
+		return store.Invalid("database_url", "is not a valid PostgreSQL URL")
+	}
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return fmt.Errorf("migrate postgres: %w", interpretError(err))
+	}
+	defer db.Close()
+	if _, err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		return fmt.Errorf("migrate postgres: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Engine implements store.Store.
+func (s *Store) Engine() string { return "postgres" }
+
+// Now implements store.Store: the database clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, qNow).Scan(&now); err != nil {
+		return time.Time{}, s.readError(ctx, "now", err)
+	}
+	return now.UTC(), nil
+}
+
+// Close stops the listeners and closes the pool. It is safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.listenersMu.Lock()
+		s.closed = true
+		s.listenersMu.Unlock()
+		s.closeFn()
+		s.listeners.Wait()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// withTx runs fn in a READ COMMITTED transaction, calls the BeforeCommit hook
+// and commits. A transaction that lost a serialization or deadlock race (or
+// an idempotency-key insert race) is run again from the start, so fn must
+// not keep state between runs except through its return.
+func (s *Store) withTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.runTx(ctx, op, fn)
+		var he *hookError
+		if err == nil || errors.As(err, &he) || !retryable(err) || attempt == txAttempts || ctx.Err() != nil {
+			break
+		}
+		s.logger.DebugContext(ctx, "retrying transaction", slog.String("op", op), slog.Int("attempt", attempt), slog.Any("error", err))
+		if werr := backoffWait(ctx, attempt); werr != nil {
+			break
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	out := interpretError(err)
+	if !isDomainError(out) {
+		s.logger.WarnContext(ctx, "store transaction failed", slog.String("op", op), slog.Any("error", err))
+	}
+	return out
+}
+
+func (s *Store) runTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// The rollback must run even when ctx is done, or the
+			// connection goes back to the pool mid-transaction.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if hook := s.opts.BeforeCommit; hook != nil {
+		if err := hook(op); err != nil {
+			return &hookError{op: op, err: err}
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// hookError is a BeforeCommit failure: returned as is, never retried.
+type hookError struct {
+	op  string
+	err error
+}
+
+func (e *hookError) Error() string { return e.op + ": aborted before commit: " + e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }
+
+// backoffWait sleeps a short jittered time before a transaction is retried,
+// so two transactions that deadlocked do not collide again in lockstep.
+func backoffWait(ctx context.Context, attempt int) error {
+	d := time.Duration(attempt) * 5 * time.Millisecond
+	d += time.Duration(rand.Int64N(int64(d)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// readError converts an error of a read outside a transaction, logging
+// unexpected ones.
+func (s *Store) readError(ctx context.Context, op string, err error) error {
+	out := interpretError(err)
+	if !isDomainError(out) {
+		s.logger.WarnContext(ctx, "store read failed", slog.String("op", op), slog.Any("error", err))
+	}
+	return out
+}
+
+// isDomainError reports whether err is an expected answer (a sentinel, a
+// validation error or a caller's context error) rather than a fault.
+func isDomainError(err error) bool {
+	for _, target := range []error{
+		store.ErrNotFound, store.ErrLeaseLost, store.ErrIdempotencyConflict,
+		store.ErrInvalid, store.ErrAlreadyFinal, store.ErrNotDead,
+		store.ErrAbandoned, store.ErrAlreadyReplayed,
+		context.Canceled, context.DeadlineExceeded,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var he *hookError
+	var ee *engineError
+	return errors.As(err, &he) || errors.As(err, &ee)
+}
+
+// newID returns EngineOptions.NewID's next id, refusing one that could not
+// be looked up again (ids are validated like any caller-supplied text).
+func (s *Store) newID() (string, error) {
+	id := s.opts.NewID()
+	if err := store.ValidateText("id", id, store.NameMaxLen, true); err != nil {
+		return "", engineErrorf("the id generator returned an unusable id %q (%v)", id, err)
+	}
+	return id, nil
+}
+
+// nowArg is the $now argument of a query: NULL (the database clock) when t
+// is zero, else t in UTC at the microsecond precision both engines store.
+func nowArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return normTime(t)
+}
+
+// normTime is t at microsecond precision in UTC.
+func normTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// txNow returns the transaction's instant: the caller's Now, or the database
+// clock (now() is fixed for the whole transaction).
+func txNow(ctx context.Context, tx pgx.Tx, now time.Time) (time.Time, error) {
+	if !now.IsZero() {
+		return normTime(now), nil
+	}
+	var t time.Time
+	if err := tx.QueryRow(ctx, qNow).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}
+
+// notify queues a wake-up for (tenant, queue) on the store's channel;
+// PostgreSQL delivers it only if the transaction commits.
+func (s *Store) notify(ctx context.Context, tx pgx.Tx, tenant, queue string) error {
+	_, err := tx.Exec(ctx, qNotify, s.channel, encodeNotification(tenant, queue))
+	return err
+}

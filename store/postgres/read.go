@@ -1,0 +1,231 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// listLimitDefault is the page size when a list asks for 0.
+const listLimitDefault = 50
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, error) {
+	if err := validateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if err := validateJobID(jobID); err != nil {
+		return nil, err
+	}
+	job, err := getJob(ctx, s.pool, tenant, jobID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("job %s: %w", jobID, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.readError(ctx, "get_job", err)
+	}
+	return job, nil
+}
+
+// pageLimit applies the list default and cap.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, store.Invalid("limit", "must not be negative")
+	case limit == 0:
+		return listLimitDefault, nil
+	}
+	return min(limit, store.ListLimitMax), nil
+}
+
+// ListJobs implements store.Store: newest first (created_at desc, id desc),
+// keyset-paged with an opaque cursor.
+func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.JobPage, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if p.Queue != "" {
+		if err := validateQueue("queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if p.Kind != "" {
+		if err := validateQueue("kind", p.Kind); err != nil {
+			return nil, err
+		}
+	}
+	states := make([]string, 0, len(p.States))
+	for _, st := range p.States {
+		switch st {
+		case store.JobStateQueued, store.JobStateLeased, store.JobStateSucceeded,
+			store.JobStateFailed, store.JobStateCancelled, store.JobStateDead:
+			states = append(states, string(st))
+		default:
+			return nil, store.Invalid("states", fmt.Sprintf("unknown state %q", st))
+		}
+	}
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var afterTime, afterID any
+	if p.Cursor != "" {
+		c, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		afterTime, afterID = c.at, c.id
+	}
+	rows, err := s.pool.Query(ctx, qListJobs, p.Tenant, p.Queue, p.Kind, states, afterTime, afterID, limit+1)
+	if err != nil {
+		return nil, s.readError(ctx, "list_jobs", err)
+	}
+	recs, err := collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+	if err != nil {
+		return nil, s.readError(ctx, "list_jobs", err)
+	}
+	page := &store.JobPage{}
+	if len(recs) > limit {
+		recs = recs[:limit]
+		last := recs[limit-1].job
+		page.NextCursor = encodeCursor(cursor{at: last.CreatedAt, id: last.ID})
+	}
+	ids := make([]string, 0, len(recs))
+	for _, r := range recs {
+		ids = append(ids, r.job.ID)
+	}
+	checkpoints, err := latestCheckpoints(ctx, s.pool, p.Tenant, ids)
+	if err != nil {
+		return nil, s.readError(ctx, "list_jobs", err)
+	}
+	for _, r := range recs {
+		r.job.Checkpoint = checkpoints[r.job.ID]
+		page.Jobs = append(page.Jobs, r.job)
+	}
+	return page, nil
+}
+
+// ListEvents implements store.Store. Limit 0 means up to
+// store.ListLimitMax events.
+func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]store.Event, error) {
+	if err := validateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if err := validateJobID(p.JobID); err != nil {
+		return nil, err
+	}
+	if p.AfterSequence < 0 {
+		return nil, store.Invalid("after_sequence", "must not be negative")
+	}
+	if p.Limit < 0 {
+		return nil, store.Invalid("limit", "must not be negative")
+	}
+	limit := p.Limit
+	if limit == 0 || limit > store.ListLimitMax {
+		limit = store.ListLimitMax
+	}
+	rows, err := s.pool.Query(ctx, qListEvents, p.Tenant, p.JobID, p.AfterSequence, limit)
+	if err != nil {
+		return nil, s.readError(ctx, "list_events", err)
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var typ string
+		if err := rows.Scan(&e.JobID, &e.Sequence, &typ, &e.Time, &e.Data); err != nil {
+			return nil, s.readError(ctx, "list_events", err)
+		}
+		e.Type = store.EventType(typ)
+		e.Time = e.Time.UTC()
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readError(ctx, "list_events", err)
+	}
+	if len(out) == 0 {
+		// No events at all means no job: every job has its QUEUED event.
+		if err := s.jobExists(ctx, p.Tenant, p.JobID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ListAttempts implements store.Store.
+func (s *Store) ListAttempts(ctx context.Context, tenant, jobID string) ([]store.Attempt, error) {
+	if err := validateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if err := validateJobID(jobID); err != nil {
+		return nil, err
+	}
+	if err := s.jobExists(ctx, tenant, jobID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, qListAttempts, tenant, jobID)
+	if err != nil {
+		return nil, s.readError(ctx, "list_attempts", err)
+	}
+	as, err := collect(rows, scanAttempt)
+	if err != nil {
+		return nil, s.readError(ctx, "list_attempts", err)
+	}
+	var out []store.Attempt
+	for _, a := range as {
+		out = append(out, *a)
+	}
+	return out, nil
+}
+
+// cursor is the keyset position after which a page starts: the sort time
+// (created_at for jobs, finished_at for dead jobs) and id of the last row of
+// the previous page.
+type cursor struct {
+	at time.Time
+	id string
+}
+
+// cursorVersion is the first byte of an encoded cursor, so the format can
+// change without misreading old tokens.
+const cursorVersion = 1
+
+// encodeCursor is base64url(version, unix microseconds as 8 big-endian
+// bytes, id).
+func encodeCursor(c cursor) string {
+	b := make([]byte, 9, 9+len(c.id))
+	b[0] = cursorVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(c.at.UnixMicro()))
+	b = append(b, c.id...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor parses a page token. Anything it did not produce is
+// store.ErrInvalid, never a panic or a database error.
+func decodeCursor(s string) (cursor, error) {
+	bad := store.Invalid("cursor", "is not a page token returned by this list; start again without one")
+	if len(s) > 512 {
+		return cursor{}, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 10 || b[0] != cursorVersion {
+		return cursor{}, bad
+	}
+	at := time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC()
+	// Beyond what PostgreSQL's timestamptz holds.
+	if at.Year() < 1 || at.Year() > 9999 {
+		return cursor{}, bad
+	}
+	id := string(b[9:])
+	if err := store.ValidateText("cursor", id, store.NameMaxLen, true); err != nil {
+		return cursor{}, bad
+	}
+	return cursor{at: at, id: id}, nil
+}
