@@ -1,0 +1,187 @@
+package coordinator
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// adminService is the operator API.
+//
+// Circuit breakers are not available in this version: ListBreakers answers
+// an empty list (there are none) and ResetBreaker answers UNIMPLEMENTED.
+type adminService struct {
+	leaseholdv1.UnimplementedAdminServiceServer
+	c *Coordinator
+}
+
+func (a *adminService) ListQueues(ctx context.Context, _ *leaseholdv1.ListQueuesRequest) (*leaseholdv1.ListQueuesResponse, error) {
+	c := a.c
+	qs, err := c.store.ListQueues(ctx, tenantFrom(ctx))
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := make([]*leaseholdv1.QueueSummary, 0, len(qs))
+	for i := range qs {
+		out = append(out, &leaseholdv1.QueueSummary{Policy: toQueuePolicy(&qs[i].Policy), Stats: toQueueStats(&qs[i].Stats)})
+	}
+	return &leaseholdv1.ListQueuesResponse{Queues: out}, nil
+}
+
+func (a *adminService) GetQueue(ctx context.Context, req *leaseholdv1.GetQueueRequest) (*leaseholdv1.GetQueueResponse, error) {
+	c := a.c
+	q, err := c.v.GetQueue(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	tenant := tenantFrom(ctx)
+	pol, err := c.store.GetQueuePolicy(ctx, tenant, q)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	st, err := c.store.QueueStats(ctx, store.QueueStatsParams{Tenant: tenant, Queue: q, Now: c.now()})
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.GetQueueResponse{Queue: &leaseholdv1.QueueSummary{Policy: toQueuePolicy(pol), Stats: toQueueStats(st)}}, nil
+}
+
+func (a *adminService) UpdateQueuePolicy(ctx context.Context, req *leaseholdv1.UpdateQueuePolicyRequest) (*leaseholdv1.UpdateQueuePolicyResponse, error) {
+	c := a.c
+	qp, err := c.v.UpdateQueuePolicy(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	pol, err := c.store.UpdateQueuePolicy(ctx, tenantFrom(ctx), qp)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.UpdateQueuePolicyResponse{Policy: toQueuePolicy(pol)}, nil
+}
+
+func (a *adminService) PauseQueue(ctx context.Context, req *leaseholdv1.PauseQueueRequest) (*leaseholdv1.PauseQueueResponse, error) {
+	q, err := a.c.v.PauseQueue(req)
+	if err != nil {
+		return nil, toStatus(ctx, a.c.log, err)
+	}
+	pol, err := a.setPaused(ctx, q, true)
+	if err != nil {
+		return nil, err
+	}
+	return &leaseholdv1.PauseQueueResponse{Policy: pol}, nil
+}
+
+func (a *adminService) ResumeQueue(ctx context.Context, req *leaseholdv1.ResumeQueueRequest) (*leaseholdv1.ResumeQueueResponse, error) {
+	q, err := a.c.v.ResumeQueue(req)
+	if err != nil {
+		return nil, toStatus(ctx, a.c.log, err)
+	}
+	pol, err := a.setPaused(ctx, q, false)
+	if err != nil {
+		return nil, err
+	}
+	return &leaseholdv1.ResumeQueueResponse{Policy: pol}, nil
+}
+
+// setPaused pauses or resumes a validated queue name.
+func (a *adminService) setPaused(ctx context.Context, q string, paused bool) (*leaseholdv1.QueuePolicy, error) {
+	c := a.c
+	tenant := tenantFrom(ctx)
+	pol, err := c.store.SetQueuePaused(ctx, tenant, q, paused)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if !paused {
+		c.dispatcher.Wake(tenant, q) // its waiting jobs are claimable again
+	}
+	return toQueuePolicy(pol), nil
+}
+
+func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDeadJobsRequest) (*leaseholdv1.ListDeadJobsResponse, error) {
+	c := a.c
+	p, err := c.v.ListDeadJobs(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant = tenantFrom(ctx)
+	page, err := c.store.ListDeadJobs(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, renameField(err, "cursor", "page_token"))
+	}
+	out := make([]*leaseholdv1.DeadJob, 0, len(page.DeadJobs))
+	for _, d := range page.DeadJobs {
+		out = append(out, toDeadJob(d))
+	}
+	return &leaseholdv1.ListDeadJobsResponse{DeadJobs: out, NextPageToken: page.NextCursor}, nil
+}
+
+func (a *adminService) GetDeadJob(ctx context.Context, req *leaseholdv1.GetDeadJobRequest) (*leaseholdv1.GetDeadJobResponse, error) {
+	c := a.c
+	id, err := c.v.GetDeadJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	d, err := c.store.GetDeadJob(ctx, tenantFrom(ctx), id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.GetDeadJobResponse{DeadJob: toDeadJob(d)}, nil
+}
+
+func (a *adminService) ReplayDeadJob(ctx context.Context, req *leaseholdv1.ReplayDeadJobRequest) (*leaseholdv1.ReplayDeadJobResponse, error) {
+	c := a.c
+	p, err := c.v.ReplayDeadJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	tenant := tenantFrom(ctx)
+	p.Tenant, p.Now = tenant, c.now()
+	job, again, err := c.store.ReplayDeadJob(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if !again {
+		c.dispatcher.Wake(tenant, job.Queue)
+	}
+	c.changes.notify()
+	return &leaseholdv1.ReplayDeadJobResponse{Job: toJob(job), AlreadyReplayed: again}, nil
+}
+
+func (a *adminService) AbandonDeadJob(ctx context.Context, req *leaseholdv1.AbandonDeadJobRequest) (*leaseholdv1.AbandonDeadJobResponse, error) {
+	c := a.c
+	p, err := c.v.AbandonDeadJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	d, err := c.store.AbandonDeadJob(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.changes.notify()
+	return &leaseholdv1.AbandonDeadJobResponse{DeadJob: toDeadJob(d)}, nil
+}
+
+// ListBreakers answers an empty list: circuit breakers are not available
+// in this version, so none exist.
+func (a *adminService) ListBreakers(context.Context, *leaseholdv1.ListBreakersRequest) (*leaseholdv1.ListBreakersResponse, error) {
+	return &leaseholdv1.ListBreakersResponse{}, nil
+}
+
+// ResetBreaker answers UNIMPLEMENTED: circuit breakers are not available in
+// this version.
+func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetBreakerRequest) (*leaseholdv1.ResetBreakerResponse, error) {
+	c := a.c
+	if err := c.v.ResetBreaker(req); err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return nil, statusError(codes.Unimplemented, ReasonUnimplemented,
+		"circuit breakers are not available in this version of the coordinator")
+}
+
+func (a *adminService) ListWorkers(ctx context.Context, _ *leaseholdv1.ListWorkersRequest) (*leaseholdv1.ListWorkersResponse, error) {
+	return &leaseholdv1.ListWorkersResponse{Workers: a.c.workers(tenantFrom(ctx))}, nil
+}

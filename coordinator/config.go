@@ -1,0 +1,180 @@
+package coordinator
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Defaults of Config. Each field's doc names the constant it falls back to.
+const (
+	// TenantDefault is the tenant every call runs as until authentication
+	// assigns tenants per caller.
+	TenantDefault = "default"
+	// VersionDefault is reported by GetVersion when Config.Version is empty.
+	VersionDefault = "dev"
+	// PayloadMaxBytesDefault bounds job payloads, results, checkpoint state
+	// and effect results accepted over the API (1 MiB).
+	PayloadMaxBytesDefault = 1 << 20
+	// IdempotencyWindowDefault is how long a request_id is remembered.
+	IdempotencyWindowDefault = store.IdempotencyWindowDefault
+	// UnaryTimeoutDefault is the server-side deadline of a unary call whose
+	// client set none (or a longer one).
+	UnaryTimeoutDefault = 30 * time.Second
+	// PollIntervalDefault is the dispatcher's first fallback poll interval;
+	// it doubles while polls find nothing, up to PollMaxIntervalDefault.
+	PollIntervalDefault = time.Second
+	// PollMaxIntervalDefault caps the dispatcher's poll backoff.
+	PollMaxIntervalDefault = 5 * time.Second
+	// RetentionDefault is how long finished jobs are kept (7 days).
+	RetentionDefault = 7 * 24 * time.Hour
+	// RetentionIntervalDefault is how often maintenance runs.
+	RetentionIntervalDefault = time.Minute
+	// ShutdownGraceDefault bounds how long streams get to drain and how long
+	// GracefulStop may wait.
+	ShutdownGraceDefault = 10 * time.Second
+	// ClaimWaitMax bounds a unary Claim's long-poll wait.
+	ClaimWaitMax = 60 * time.Second
+	// MaxConcurrentStreamsDefault bounds concurrent RPCs per client
+	// connection (HTTP/2 streams).
+	MaxConcurrentStreamsDefault = 1000
+)
+
+// Config configures a Coordinator. The zero value of every field except
+// Store means its default; WithDefaults fills them in.
+type Config struct {
+	// Store is the durable core. Required. Shutdown closes it as its last
+	// step unless KeepStoreOpen is set.
+	Store store.Store
+	// KeepStoreOpen leaves the Store open after Shutdown, for callers that
+	// own it. Default false: the coordinator closes what it was given.
+	KeepStoreOpen bool
+	// Logger receives the coordinator's logs. Nil discards them.
+	Logger *slog.Logger
+	// Tenant is the tenant every call runs as until authentication lands.
+	// Default TenantDefault ("default").
+	Tenant string
+	// ID names this coordinator instance (Welcome, ListWorkers). Default
+	// hostname-pid-random.
+	ID string
+	// Version is reported by GetVersion. Default VersionDefault ("dev").
+	Version string
+	// PayloadMaxBytes bounds payloads, results, checkpoint state and effect
+	// results. Default PayloadMaxBytesDefault (1 MiB); at most
+	// store.PayloadMaxBytes.
+	PayloadMaxBytes int
+	// DefaultLeaseDuration is the lease of a Renew or stream heartbeat that
+	// names none, and the lease announced in Welcome when Hello names none.
+	// Claims without a duration use their queue policy's default. Default
+	// store.LeaseDurationDefault (30s); within [1s, 1h].
+	DefaultLeaseDuration time.Duration
+	// IdempotencyWindow is how long a request_id is remembered. Default
+	// IdempotencyWindowDefault (24h).
+	IdempotencyWindow time.Duration
+	// UnaryTimeout is the server-side deadline of unary calls. A long-poll
+	// Claim gets its wait plus this margin instead. Default
+	// UnaryTimeoutDefault (30s).
+	UnaryTimeout time.Duration
+	// PollInterval is the dispatcher's fallback polling interval when
+	// streams or long-polls wait for work; it backs off up to
+	// PollMaxInterval while polls find nothing. Default PollIntervalDefault
+	// (1s).
+	PollInterval time.Duration
+	// PollMaxInterval caps the poll backoff. Default PollMaxIntervalDefault
+	// (5s), and never below PollInterval.
+	PollMaxInterval time.Duration
+	// Retention is how long finished jobs are kept before pruning. Zero
+	// means RetentionDefault (7 days); negative disables pruning (expired
+	// idempotency records are still removed).
+	Retention time.Duration
+	// RetentionInterval is how often maintenance runs. Default
+	// RetentionIntervalDefault (1m).
+	RetentionInterval time.Duration
+	// ShutdownGrace bounds how long streams get to drain after Drain and,
+	// separately, how long GracefulStop may wait before Stop. Default
+	// ShutdownGraceDefault (10s).
+	ShutdownGrace time.Duration
+	// MaxConcurrentStreams bounds concurrent RPCs per client connection.
+	// Default MaxConcurrentStreamsDefault (1000).
+	MaxConcurrentStreams uint32
+	// Now, when set, is passed as Now to every store call and used for the
+	// coordinator's own time decisions, so tests can cross lease expiry
+	// without sleeping. Nil in production: the store's clock is the one
+	// authority.
+	Now func() time.Time
+}
+
+// WithDefaults returns a copy of c with unset fields filled in. It never
+// changes c.
+func (c Config) WithDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c.Tenant = cmp.Or(c.Tenant, TenantDefault)
+	if c.ID == "" {
+		c.ID = defaultID()
+	}
+	c.Version = cmp.Or(c.Version, VersionDefault)
+	c.PayloadMaxBytes = cmp.Or(c.PayloadMaxBytes, PayloadMaxBytesDefault)
+	c.DefaultLeaseDuration = cmp.Or(c.DefaultLeaseDuration, store.LeaseDurationDefault)
+	c.IdempotencyWindow = cmp.Or(c.IdempotencyWindow, IdempotencyWindowDefault)
+	c.UnaryTimeout = cmp.Or(c.UnaryTimeout, UnaryTimeoutDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.PollMaxInterval = max(cmp.Or(c.PollMaxInterval, PollMaxIntervalDefault), c.PollInterval)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
+	return c
+}
+
+// Validate reports every problem of a config after defaults, so call it on
+// WithDefaults' result. It never panics.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("coordinator: Store is required"))
+	}
+	if !store.ValidWorkerID(c.Tenant) {
+		errs = append(errs, fmt.Errorf("coordinator: Tenant %q must be 1-128 characters of [A-Za-z0-9._:@/-]", c.Tenant))
+	}
+	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
+		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
+	}
+	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
+		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"IdempotencyWindow", c.IdempotencyWindow},
+		{"UnaryTimeout", c.UnaryTimeout},
+		{"PollInterval", c.PollInterval},
+		{"PollMaxInterval", c.PollMaxInterval},
+		{"RetentionInterval", c.RetentionInterval},
+		{"ShutdownGrace", c.ShutdownGrace},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// defaultID is hostname-pid-random: unique enough to tell coordinators
+// apart in ListWorkers and logs.
+func defaultID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "coordinator"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + store.NewID()[24:]
+}

@@ -1,0 +1,301 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/leasehold/leasehold/coordinator/dispatch"
+	"github.com/leasehold/leasehold/coordinator/retention"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// errShuttingDown is the cancel cause of work ended by Shutdown.
+var errShuttingDown = errors.New("coordinator shutting down")
+
+// Coordinator serves the Leasehold API over a Store. Create it with New,
+// run it with Serve, stop it with Shutdown.
+type Coordinator struct {
+	cfg   Config
+	log   *slog.Logger
+	store store.Store
+	v     validator
+
+	grpc       *grpc.Server
+	health     *health.Server
+	dispatcher *dispatch.Dispatcher
+	pruner     *retention.Pruner
+	changes    *broadcast
+
+	// bgCtx carries the dispatcher, maintenance and every stream session;
+	// cancelling it (with errShuttingDown) is the hard stop.
+	bgCtx    context.Context
+	bgCancel context.CancelCauseFunc
+	// closing is closed at shutdown step 2: long-polls and WatchJob end,
+	// new Connect streams are refused.
+	closing chan struct{}
+
+	mu       sync.Mutex // guards sessions, holders, draining; lock order: mu, then session.mu
+	sessions map[sessionKey]*session
+	holders  map[jobKey]*session // leased jobs known to be held through a stream here
+	draining bool
+
+	startOnce    sync.Once
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+type sessionKey struct{ tenant, worker string }
+type jobKey struct{ tenant, jobID string }
+
+// New validates cfg (after defaults) and builds a Coordinator. Nothing runs
+// until Serve.
+func New(cfg Config) (*Coordinator, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bgCtx, bgCancel := context.WithCancelCause(context.Background())
+	c := &Coordinator{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
+		health:   health.NewServer(),
+		changes:  newBroadcast(),
+		bgCtx:    bgCtx,
+		bgCancel: bgCancel,
+		closing:  make(chan struct{}),
+		sessions: make(map[sessionKey]*session),
+		holders:  make(map[jobKey]*session),
+	}
+	c.dispatcher = dispatch.New(dispatch.Config{
+		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
+		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
+		CreditsMax: CreditsMax,
+	})
+	c.pruner = retention.New(retention.Config{
+		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
+		Interval: cfg.RetentionInterval, Now: cfg.Now,
+	})
+	c.grpc = grpc.NewServer(c.serverOptions()...)
+	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
+	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
+	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
+	healthpb.RegisterHealthServer(c.grpc, c.health)
+	reflection.Register(c.grpc)
+	for _, svc := range []string{"", leaseholdv1.JobService_ServiceDesc.ServiceName,
+		leaseholdv1.WorkerService_ServiceDesc.ServiceName, leaseholdv1.AdminService_ServiceDesc.ServiceName} {
+		c.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	return c, nil
+}
+
+// GRPCServer returns the underlying server, for tests that serve it on a
+// bufconn listener (call Serve with that listener so that dispatch and
+// maintenance start too).
+func (c *Coordinator) GRPCServer() *grpc.Server { return c.grpc }
+
+// ID is the coordinator instance id.
+func (c *Coordinator) ID() string { return c.cfg.ID }
+
+// Serve starts dispatch and maintenance (once) and serves gRPC on lis until
+// Shutdown. It returns nil after Shutdown and the listener's error
+// otherwise. It may be called for several listeners.
+func (c *Coordinator) Serve(lis net.Listener) error {
+	c.startOnce.Do(func() {
+		c.dispatcher.Start(c.bgCtx)
+		c.pruner.Start(c.bgCtx)
+	})
+	c.log.Info("leasehold coordinator serving",
+		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
+		slog.String("coordinator_id", c.cfg.ID))
+	err := c.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops the coordinator in written-down steps; it is safe to call
+// twice (the second call waits for nothing and returns the first result):
+//
+//  1. Health reports NOT_SERVING, so load balancers and SDKs stop sending
+//     new work here.
+//  2. Dispatch stops pushing new leases; long-poll Claims and WatchJob
+//     streams end; new Connect streams are refused.
+//  3. Every worker stream gets Drain, and the streams get up to
+//     ShutdownGrace to end (workers finish or release their leases and
+//     close). Streams still open then are cancelled.
+//  4. GracefulStop waits for in-flight calls, bounded by ShutdownGrace (and
+//     ctx); then Stop closes whatever is left.
+//  5. Dispatch and maintenance stop.
+//  6. The store closes (unless Config.KeepStoreOpen).
+//
+// Leases held by workers are not touched: a lease outlives its stream, and
+// one never finished expires and is claimed again.
+func (c *Coordinator) Shutdown(ctx context.Context) error {
+	c.shutdownOnce.Do(func() { c.shutdownErr = c.shutdown(ctx) })
+	return c.shutdownErr
+}
+
+func (c *Coordinator) shutdown(ctx context.Context) error {
+	grace := c.cfg.ShutdownGrace
+	c.log.InfoContext(ctx, "leasehold coordinator shutting down", slog.Duration("grace", grace))
+
+	// 1.
+	c.health.Shutdown()
+
+	// 2.
+	c.dispatcher.Quiesce()
+	c.mu.Lock()
+	c.draining = true
+	sessions := make([]*session, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	c.mu.Unlock()
+	close(c.closing)
+
+	// 3.
+	for _, s := range sessions {
+		s.drain(grace)
+	}
+	drainCtx, cancel := context.WithTimeout(ctx, grace)
+	for _, s := range sessions {
+		select {
+		case <-s.done:
+		case <-drainCtx.Done():
+		}
+	}
+	cancel()
+	for _, s := range sessions {
+		s.cancel(errShuttingDown)
+	}
+
+	// 4.
+	stopped := make(chan struct{})
+	go func() {
+		c.grpc.GracefulStop()
+		close(stopped)
+	}()
+	stopCtx, cancel := context.WithTimeout(ctx, grace)
+	select {
+	case <-stopped:
+	case <-stopCtx.Done():
+		c.log.WarnContext(ctx, "graceful stop timed out; closing remaining calls")
+		c.grpc.Stop()
+		<-stopped
+	}
+	cancel()
+
+	// 5.
+	c.bgCancel(errShuttingDown)
+	c.dispatcher.Stop()
+	c.pruner.Stop()
+
+	// 6.
+	if !c.cfg.KeepStoreOpen {
+		if err := c.store.Close(); err != nil {
+			return fmt.Errorf("close store: %w", err)
+		}
+	}
+	c.log.InfoContext(ctx, "leasehold coordinator stopped")
+	return nil
+}
+
+// now is the time passed to store calls: zero (the store's clock) unless a
+// test injected Config.Now.
+func (c *Coordinator) now() time.Time {
+	if c.cfg.Now == nil {
+		return time.Time{}
+	}
+	return c.cfg.Now()
+}
+
+// wallNow is a display time (connected_at): the injected clock or the
+// process clock.
+func (c *Coordinator) wallNow() time.Time {
+	if c.cfg.Now != nil {
+		return c.cfg.Now()
+	}
+	return time.Now()
+}
+
+// untrack forgets the stream holding a job once the job's lease ended
+// through a unary call (complete, retry, cancel, release).
+func (c *Coordinator) untrack(tenant, jobID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.holders[jobKey{tenant, jobID}]; s != nil {
+		delete(c.holders, jobKey{tenant, jobID})
+		s.mu.Lock()
+		delete(s.leases, jobID)
+		s.mu.Unlock()
+	}
+}
+
+// notifyCancel pushes a CancelNotice to the stream on this coordinator
+// that holds job, if any. A holder on another coordinator learns it from
+// its next heartbeat (RENEW_STATUS_CANCEL_REQUESTED).
+func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.holders[jobKey{tenant, job.ID}]
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tok, ok := s.leases[job.ID]
+	if !ok || tok.Generation != job.LeaseGeneration {
+		return
+	}
+	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_CancelRequested{
+		CancelRequested: &leaseholdv1.CancelNotice{Token: toToken(tok), Reason: reason},
+	}})
+}
+
+// broadcast wakes every waiter at once: a channel closed and replaced on
+// each notify. WatchJob waits on it for writes made through this
+// coordinator.
+type broadcast struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// Waiters returns the worker ids of the streams and long-poll Claims
+// registered with the dispatcher right now (introspection and tests).
+func (c *Coordinator) Waiters() []string {
+	ws := c.dispatcher.Waiters()
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.Worker)
+	}
+	return out
+}

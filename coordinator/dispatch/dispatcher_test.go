@@ -1,0 +1,189 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const tenant = "t"
+
+// setup opens a real SQLite store with n queued jobs in queue "q".
+func setup(t *testing.T, n int) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "d.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if n > 0 {
+		create(t, st, n)
+	}
+	return st
+}
+
+func create(t *testing.T, st store.Store, n int) []string {
+	t.Helper()
+	reqs := make([]store.CreateRequest, n)
+	for i := range reqs {
+		reqs[i] = store.CreateRequest{Spec: store.JobSpec{Queue: "q", Kind: "k", Payload: []byte(fmt.Sprint(i))}}
+	}
+	res, err := st.CreateJobs(context.Background(), store.CreateJobsParams{Tenant: tenant, Requests: reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// collector is a waiter's Deliver that records what it got.
+type collector struct {
+	mu     sync.Mutex // guards jobs, refuse
+	jobs   []store.ClaimedJob
+	refuse bool
+	got    chan struct{}
+}
+
+func newCollector() *collector { return &collector{got: make(chan struct{}, 100)} }
+
+func (c *collector) deliver(jobs []store.ClaimedJob) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse {
+		return false
+	}
+	c.jobs = append(c.jobs, jobs...)
+	c.got <- struct{}{}
+	return true
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.jobs)
+}
+
+func TestLeasesNeverExceedTheCreditsGranted(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 10)
+	d := New(Config{Store: st})
+	col := newCollector()
+	w := &Waiter{Tenant: tenant, Worker: "w", Queues: []string{"q"}, Deliver: col.deliver}
+	d.Add(w, 3)
+	ctx := context.Background()
+	if n := d.runOnce(ctx); n != 3 || col.count() != 3 || d.Credits(w) != 0 {
+		t.Fatalf("round 1 delivered %d (collected %d, credits left %d); want 3, 3, 0", n, col.count(), d.Credits(w))
+	}
+	d.WakeAll()
+	if n := d.runOnce(ctx); n != 0 {
+		t.Fatalf("a waiter without credits got %d leases", n)
+	}
+	d.AddCredits(w, 2)
+	if n := d.runOnce(ctx); n != 2 || col.count() != 5 {
+		t.Fatalf("round 3 delivered %d (total %d); want 2 (5)", n, col.count())
+	}
+	for _, j := range col.jobs {
+		if j.Token.WorkerID != "w" || j.Token.Generation != 1 {
+			t.Fatalf("token %+v", j.Token)
+		}
+	}
+}
+
+func TestUndeliverableLeasesAreReleasedWithoutSpendingTheAttempt(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 2)
+	d := New(Config{Store: st})
+	col := newCollector()
+	col.refuse = true // the stream went away between claim and delivery
+	w := &Waiter{Tenant: tenant, Worker: "gone", Queues: []string{"q"}, Deliver: col.deliver}
+	d.Add(w, 5)
+	if n := d.runOnce(context.Background()); n != 0 {
+		t.Fatalf("delivered %d to a refusing waiter", n)
+	}
+	page, err := st.ListJobs(context.Background(), store.ListJobsParams{Tenant: tenant, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range page.Jobs {
+		if j.State != store.JobStateQueued || j.Attempts != 0 {
+			t.Fatalf("job %s after refused delivery: %s, %d attempts; want queued, 0", j.ID, j.State, j.Attempts)
+		}
+	}
+	if d.Credits(w) != 5 {
+		t.Fatalf("credits after refusal = %d; want 5 (nothing was delivered)", d.Credits(w))
+	}
+}
+
+func TestOneShotWaitersAreRemovedAfterDelivery(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 3)
+	d := New(Config{Store: st})
+	col := newCollector()
+	d.Add(&Waiter{Tenant: tenant, Worker: "poll", Queues: []string{"q"}, OneShot: true, Deliver: col.deliver}, 2)
+	d.runOnce(context.Background())
+	if col.count() != 2 || len(d.Waiters()) != 0 {
+		t.Fatalf("one-shot: collected %d, %d waiters left; want 2, 0", col.count(), len(d.Waiters()))
+	}
+}
+
+func TestWakeUpsOnlyClaimForMatchingWaiters(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 1)
+	d := New(Config{Store: st})
+	other, mine := newCollector(), newCollector()
+	d.Add(&Waiter{Tenant: tenant, Worker: "other", Queues: []string{"elsewhere"}, Deliver: other.deliver}, 1)
+	d.Add(&Waiter{Tenant: tenant, Worker: "mine", Queues: []string{"q"}, Deliver: mine.deliver}, 1)
+	d.runOnce(context.Background()) // the initial round for both (new waiters)
+	if mine.count() != 1 || other.count() != 0 {
+		t.Fatalf("mine %d, other %d", mine.count(), other.count())
+	}
+}
+
+func TestNotifierWakesIdleWaitersWithoutPolling(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	d := New(Config{Store: st, PollInterval: time.Hour})
+	col := newCollector()
+	w := &Waiter{Tenant: tenant, Worker: "idle", Queues: []string{"q"}, Deliver: col.deliver}
+	d.Start(context.Background())
+	defer d.Stop()
+	d.Add(w, 5)
+	// The first job may be taken by the waiter's own first round; after
+	// that round the waiter is idle with credits left, and with polling
+	// off only a notification can bring it the second job.
+	for i := range 2 {
+		ids := create(t, st, 1)
+		select {
+		case <-col.got:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("job %d did not reach the idle waiter", i)
+		}
+		if got := col.jobs[len(col.jobs)-1].Job.ID; got != ids[0] {
+			t.Fatalf("got %s, want %s", got, ids[0])
+		}
+	}
+	d.Stop()
+	d.Stop() // safe twice
+	select {
+	case <-d.Quiesced():
+	default:
+		t.Fatal("Stop did not quiesce")
+	}
+	if d.Add(&Waiter{Tenant: tenant, Worker: "late", Queues: []string{"q"}, Deliver: col.deliver}, 1) {
+		t.Fatal("Add after Stop registered a waiter")
+	}
+}

@@ -1,0 +1,226 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// jobService is the producer API: a thin shell that validates, calls the
+// store and encodes.
+type jobService struct {
+	leaseholdv1.UnimplementedJobServiceServer
+	c *Coordinator
+}
+
+func (s *jobService) CreateJob(ctx context.Context, req *leaseholdv1.CreateJobRequest) (*leaseholdv1.CreateJobResponse, error) {
+	c := s.c
+	cr, err := c.v.CreateJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	res, err := c.createJobs(ctx, []store.CreateRequest{cr})
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.CreateJobResponse{Job: toJob(res[0].Job), Replayed: res[0].Replayed}, nil
+}
+
+func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.BatchCreateJobsRequest) (*leaseholdv1.BatchCreateJobsResponse, error) {
+	c := s.c
+	crs, err := c.v.BatchCreateJobs(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	res, err := c.createJobs(ctx, crs)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := make([]*leaseholdv1.CreateJobResponse, 0, len(res))
+	for _, r := range res {
+		out = append(out, &leaseholdv1.CreateJobResponse{Job: toJob(r.Job), Replayed: r.Replayed})
+	}
+	return &leaseholdv1.BatchCreateJobsResponse{Responses: out}, nil
+}
+
+// createJobs creates in one transaction and wakes local dispatch for the
+// queues that got new jobs (other coordinators learn it from the store's
+// notifier or their next poll).
+func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest) ([]store.CreateResult, error) {
+	tenant := tenantFrom(ctx)
+	res, err := c.store.CreateJobs(ctx, store.CreateJobsParams{
+		Tenant: tenant, Requests: crs, IdempotencyWindow: c.cfg.IdempotencyWindow, Now: c.now(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res {
+		if !r.Replayed {
+			c.dispatcher.Wake(tenant, r.Job.Queue)
+		}
+	}
+	return res, nil
+}
+
+func (s *jobService) GetJob(ctx context.Context, req *leaseholdv1.GetJobRequest) (*leaseholdv1.GetJobResponse, error) {
+	c := s.c
+	id, err := c.v.GetJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	job, err := c.store.GetJob(ctx, tenantFrom(ctx), id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.GetJobResponse{Job: toJob(job)}, nil
+}
+
+func (s *jobService) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsRequest) (*leaseholdv1.ListJobsResponse, error) {
+	c := s.c
+	p, err := c.v.ListJobs(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant = tenantFrom(ctx)
+	page, err := c.store.ListJobs(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, renameField(err, "cursor", "page_token"))
+	}
+	return &leaseholdv1.ListJobsResponse{Jobs: toJobs(page.Jobs), NextPageToken: page.NextCursor}, nil
+}
+
+func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRequest) (*leaseholdv1.CancelJobResponse, error) {
+	c := s.c
+	p, err := c.v.CancelJob(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	job, err := c.store.RequestCancel(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if job.State == store.JobStateLeased && job.CancelRequested {
+		c.notifyCancel(p.Tenant, job, p.Reason)
+	}
+	c.changes.notify()
+	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil
+}
+
+func (s *jobService) ListJobEvents(ctx context.Context, req *leaseholdv1.ListJobEventsRequest) (*leaseholdv1.ListJobEventsResponse, error) {
+	c := s.c
+	p, err := c.v.ListJobEvents(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant = tenantFrom(ctx)
+	size := p.Limit
+	p.Limit = size + 1 // one more tells whether another page follows
+	evs, err := c.store.ListEvents(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if len(evs) == 0 {
+		// An empty answer must still tell a missing job from one with no
+		// events after after_sequence.
+		if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {
+			return nil, toStatus(ctx, c.log, err)
+		}
+	}
+	more := len(evs) > size
+	if more {
+		evs = evs[:size]
+	}
+	out := make([]*leaseholdv1.Event, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, toEvent(e))
+	}
+	return &leaseholdv1.ListJobEventsResponse{Events: out, HasMore: more}, nil
+}
+
+// Watch polling bounds: the first re-check after an idle poll, and the
+// slowest. Writes through this coordinator wake watchers at once; writes
+// through another one are seen within watchPollMax.
+const (
+	watchPollMin = 50 * time.Millisecond
+	watchPollMax = time.Second
+)
+
+// WatchJob sends the events after after_sequence, then new ones, and ends
+// after the terminal event. At shutdown it ends with UNAVAILABLE (reason
+// SHUTTING_DOWN): resume elsewhere from the last sequence received.
+func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leaseholdv1.JobService_WatchJobServer) error {
+	c := s.c
+	ctx := stream.Context()
+	p, err := c.v.WatchJob(req)
+	if err != nil {
+		return toStatus(ctx, c.log, err)
+	}
+	p.Tenant = tenantFrom(ctx)
+	if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {
+		return toStatus(ctx, c.log, err)
+	}
+	first := true
+	backoff := watchPollMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		wake := c.changes.wait() // before reading, so no write is missed
+		evs, err := c.store.ListEvents(ctx, p)
+		if err != nil {
+			return toStatus(ctx, c.log, err)
+		}
+		for _, e := range evs {
+			if err := stream.Send(&leaseholdv1.WatchJobResponse{Event: toEvent(e)}); err != nil {
+				return err
+			}
+			p.AfterSequence = e.Sequence
+			if terminalEvent(e.Type) {
+				return nil
+			}
+		}
+		if len(evs) == p.Limit {
+			continue // a full page: read on at once
+		}
+		if first && len(evs) == 0 {
+			// Started after the terminal event: nothing more will come.
+			job, err := c.store.GetJob(ctx, p.Tenant, p.JobID)
+			if err != nil {
+				return toStatus(ctx, c.log, err)
+			}
+			if job.State.Terminal() {
+				more, err := c.store.ListEvents(ctx, p)
+				if err != nil {
+					return toStatus(ctx, c.log, err)
+				}
+				for _, e := range more {
+					if err := stream.Send(&leaseholdv1.WatchJobResponse{Event: toEvent(e)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
+		first = false
+		if len(evs) > 0 {
+			backoff = watchPollMin
+		} else {
+			backoff = min(backoff*2, watchPollMax)
+		}
+		timer.Reset(backoff)
+		select {
+		case <-ctx.Done():
+			return toStatus(ctx, c.log, ctx.Err())
+		case <-c.closing:
+			return statusError(codes.Unavailable, ReasonShuttingDown,
+				"coordinator shutting down: watch again elsewhere with after_sequence set to the last sequence received")
+		case <-wake:
+			backoff = watchPollMin
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+)
+
+// Transport limits. Each is explicit so that its reason is written down
+// (grpc-go leaves several at "unlimited").
+const (
+	// recvHeadroom is added to the payload limit to get the largest request
+	// accepted off the wire: room for the envelope (metadata, names, ids) of
+	// a request that carries one maximal payload. A request whose payload
+	// is slightly over the limit therefore still arrives and is answered
+	// with a BadRequest naming the field, instead of a bare
+	// RESOURCE_EXHAUSTED from the transport. Batches must fit in the same
+	// budget: split large payloads over several BatchCreateJobs calls.
+	recvHeadroom = 1 << 20
+	// keepaliveMinTime is the most often a client may ping without a
+	// stream; more frequent pings are a misbehaving client and get the
+	// connection closed (GOAWAY "too_many_pings"). SDKs ping every 30s.
+	keepaliveMinTime = 10 * time.Second
+	// keepaliveTime: the server pings an idle connection after this long,
+	// so dead peers (a worker whose host vanished) are noticed and their
+	// streams end instead of holding a session for ever.
+	keepaliveTime = 30 * time.Second
+	// keepaliveTimeout: a ping unanswered this long closes the connection.
+	keepaliveTimeout = 10 * time.Second
+	// claimWaitMargin is added to a long-poll Claim's wait for its
+	// server-side deadline: the store calls around the wait still need time.
+	claimWaitMargin = 10 * time.Second
+)
+
+// serverOptions is the gRPC server configuration: limits, keepalive,
+// tracing and the interceptor chains.
+//
+// Chain order, outermost first (go-grpc-middleware's example server):
+// logging sees every call with its final code; the tenant (the stand-in
+// for auth) is set before any handler runs; the unary deadline applies to
+// the handler only; recovery is innermost so a panic becomes INTERNAL and
+// is still logged by the logging interceptor with that code.
+func (c *Coordinator) serverOptions() []grpc.ServerOption {
+	logOpts := []logging.Option{
+		// Only the finish line: method, code, duration and peer come with
+		// it. Payload events are never enabled: requests carry payloads,
+		// results and idempotency keys.
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(codeToLevel),
+	}
+	logger := interceptorLogger(c.log)
+	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		c.log.ErrorContext(ctx, "panic in handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		return statusError(codes.Internal, ReasonInternal, "internal error")
+	})
+	return []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + recvHeadroom),
+		// Responses carry whole jobs (ListJobs pages, batches of claimed
+		// jobs), up to page size × payload limit; they are bounded by the
+		// page and batch limits rather than by a byte cap here. Clients
+		// reading large pages must raise their own receive limit (4 MiB by
+		// default) or ask for smaller pages.
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		// Each worker stream and long-poll Claim is one HTTP/2 stream; this
+		// bounds what one connection can hold open.
+		grpc.MaxConcurrentStreams(c.cfg.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime: keepaliveMinTime,
+			// Workers keep connections open between claims; pinging them
+			// is legitimate.
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    keepaliveTime,
+			Timeout: keepaliveTimeout,
+			// MaxConnectionIdle and MaxConnectionAge stay infinite: worker
+			// streams are meant to live for hours, and forcibly aging a
+			// connection would cut them without a Drain.
+		}),
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(logger, logOpts...),
+			tenantUnary(c.cfg.Tenant),
+			c.deadlineUnary(),
+			recovery.UnaryServerInterceptor(recoveryOpt),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(logger, logOpts...),
+			tenantStream(c.cfg.Tenant),
+			recovery.StreamServerInterceptor(recoveryOpt),
+		),
+	}
+}
+
+// interceptorLogger adapts slog to go-grpc-middleware's logger.
+func interceptorLogger(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
+
+// codeToLevel keeps routine calls at Debug (a busy fleet makes thousands a
+// second), caller mistakes at Info, and server trouble at Warn/Error.
+// Cancelled calls are client-caused endings (a worker closing its stream)
+// and stay at Debug.
+func codeToLevel(code codes.Code) logging.Level {
+	switch code {
+	case codes.OK, codes.Canceled, codes.DeadlineExceeded:
+		return logging.LevelDebug
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
+		codes.Aborted, codes.OutOfRange, codes.Unauthenticated, codes.PermissionDenied,
+		codes.ResourceExhausted:
+		return logging.LevelInfo
+	case codes.Unavailable, codes.Unimplemented:
+		return logging.LevelWarn
+	default:
+		return logging.LevelError
+	}
+}
+
+// deadlineUnary gives every unary call a server-side deadline: the
+// client's when it is shorter, otherwise UnaryTimeout — or, for a
+// long-poll Claim, its wait plus a margin.
+func (c *Coordinator) deadlineUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		limit := c.cfg.UnaryTimeout
+		if cr, ok := req.(*leaseholdv1.ClaimRequest); ok && cr.GetWait() != nil {
+			if w := cr.GetWait().AsDuration(); w > 0 && w <= ClaimWaitMax {
+				limit = max(limit, w+claimWaitMargin)
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		return h(ctx, req)
+	}
+}

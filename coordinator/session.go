@@ -1,0 +1,369 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasehold/leasehold/coordinator/dispatch"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// errReplaced is the cancel cause of a stream replaced by a newer stream of
+// the same worker id.
+var errReplaced = errors.New("replaced by a newer stream with the same worker id")
+
+// session is one Connect stream after its Hello.
+//
+// Exactly one goroutine sends on the stream: the handler's, in sendLoop.
+// Everything else (the receiver, the dispatcher's Deliver, CancelJob,
+// Shutdown) appends to out and signals; the sender drains out in order.
+type session struct {
+	c           *Coordinator
+	tenant      string
+	hello       hello
+	lease       time.Duration // for heartbeats without a duration
+	connectedAt time.Time
+	waiter      *dispatch.Waiter
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	done        chan struct{} // closed when the handler returns
+
+	mu       sync.Mutex // guards out, leases, closed, draining
+	out      []*leaseholdv1.ConnectResponse
+	leases   map[string]store.LeaseToken // job id → token held through this stream
+	closed   bool                        // the stream is ending: nothing more is queued
+	draining bool                        // Drain was sent: no more leases
+	signal   chan struct{}               // capacity 1: out has messages
+}
+
+// enqueueLocked queues a message for the sender; s.mu held.
+func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) bool {
+	if s.closed {
+		return false
+	}
+	s.out = append(s.out, m)
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *session) enqueue(m *leaseholdv1.ConnectResponse) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.enqueueLocked(m)
+}
+
+// deliver is the dispatcher's Deliver: it queues the leases and records
+// them as held through this stream. It refuses once the stream is ending
+// or draining; the dispatcher then releases the jobs.
+func (s *session) deliver(jobs []store.ClaimedJob) bool {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.draining {
+		return false
+	}
+	for _, j := range jobs {
+		s.leases[j.Token.JobID] = j.Token
+		c.holders[jobKey{s.tenant, j.Token.JobID}] = s
+		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j)}})
+	}
+	c.changes.notify()
+	return true
+}
+
+// drain queues Drain and stops new leases.
+func (s *session) drain(grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return
+	}
+	s.draining = true
+	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Drain{Drain: &leaseholdv1.Drain{
+		Reason:      "coordinator shutting down: finish or release current leases, then reconnect",
+		GracePeriod: durationpb.New(grace),
+	}}})
+}
+
+func (s *session) takeOut() []*leaseholdv1.ConnectResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.out
+	s.out = nil
+	return out
+}
+
+// Connect runs one worker stream: Hello → Welcome, then credits, leases,
+// heartbeats, cancel and lease-lost notices, and Drain at shutdown.
+func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) error {
+	c := w.c
+	ctx := stream.Context()
+	tenant := tenantFrom(ctx)
+
+	first, err := stream.Recv()
+	if err != nil {
+		return recvStatus(err)
+	}
+	h, err := c.v.Hello(first.GetHello())
+	if err != nil {
+		return toStatus(ctx, c.log, err)
+	}
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s := &session{
+		c: c, tenant: tenant, hello: h,
+		lease:       h.lease,
+		connectedAt: c.wallNow(),
+		ctx:         sctx, cancel: cancel,
+		done:   make(chan struct{}),
+		leases: make(map[string]store.LeaseToken),
+		signal: make(chan struct{}, 1),
+	}
+	if s.lease == 0 {
+		s.lease = c.cfg.DefaultLeaseDuration
+	}
+	defer close(s.done)
+	s.waiter = &dispatch.Waiter{
+		Tenant: tenant, Worker: h.workerID, Queues: h.queues,
+		LeaseDuration: h.lease, Deliver: s.deliver,
+	}
+	if err := c.register(s); err != nil {
+		return err
+	}
+	defer c.unregister(s)
+
+	welcome := &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Welcome{Welcome: &leaseholdv1.Welcome{
+		CoordinatorId:     c.cfg.ID,
+		LeaseDuration:     durationpb.New(s.lease),
+		HeartbeatInterval: durationpb.New(s.lease / 3),
+	}}}
+	if err := stream.Send(welcome); err != nil {
+		return err
+	}
+	c.log.DebugContext(ctx, "worker stream connected", slog.String("worker_id", h.workerID))
+	if !c.dispatcher.Add(s.waiter, 0) {
+		s.drain(c.cfg.ShutdownGrace)
+	}
+	defer c.dispatcher.Remove(s.waiter)
+
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.recvLoop(stream) }()
+	err = s.sendLoop(stream, recvDone)
+	// End the receiver (it returns once the handler returns and the stream
+	// context ends) before the deferred cleanup.
+	cancel(nil)
+	return err
+}
+
+// sendLoop is the only sender on the stream.
+func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvDone <-chan error) error {
+	flush := func() error {
+		for _, m := range s.takeOut() {
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-s.signal:
+			if err := flush(); err != nil {
+				return err
+			}
+		case err := <-recvDone:
+			// The worker closed its side (or broke the protocol): send
+			// what is queued — answers to its last heartbeat — and end.
+			s.close()
+			if ferr := flush(); ferr != nil && err == nil {
+				err = ferr
+			}
+			return err
+		case <-s.ctx.Done():
+			s.close()
+			switch cause := context.Cause(s.ctx); {
+			case errors.Is(cause, errReplaced):
+				return statusError(codes.Aborted, ReasonStreamReplaced, errReplaced.Error())
+			case errors.Is(cause, errShuttingDown):
+				return statusError(codes.Unavailable, ReasonShuttingDown, "coordinator shut down: reconnect")
+			default:
+				return toStatus(s.ctx, s.c.log, s.ctx.Err())
+			}
+		}
+	}
+}
+
+func (s *session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+}
+
+// recvLoop reads worker messages until the stream ends. It returns nil
+// when the worker closed its side, a status for a protocol violation.
+func (s *session) recvLoop(stream leaseholdv1.WorkerService_ConnectServer) error {
+	c := s.c
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return recvStatus(err)
+		}
+		switch msg := m.GetMsg().(type) {
+		case *leaseholdv1.ConnectRequest_Credit:
+			n, err := c.v.CreditGrant(msg.Credit)
+			if err != nil {
+				return toStatus(s.ctx, c.log, err)
+			}
+			c.dispatcher.AddCredits(s.waiter, n)
+		case *leaseholdv1.ConnectRequest_Heartbeat:
+			if err := s.heartbeat(msg.Heartbeat); err != nil {
+				return err
+			}
+		case *leaseholdv1.ConnectRequest_Ack:
+			// Informational: a pushed lease is a lease whether or not it
+			// is acknowledged.
+		case *leaseholdv1.ConnectRequest_Hello:
+			return invalidArgument("hello", "hello may be sent only once, as the first message")
+		default:
+			return invalidArgument("msg", "unknown message")
+		}
+	}
+}
+
+// heartbeat renews every listed lease in one store call and answers with
+// per-lease results, followed by a LeaseLostNotice per lost lease.
+func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
+	c := s.c
+	toks, lease, err := c.v.Heartbeat(hb, s.hello.workerID, s.lease)
+	if err != nil {
+		return toStatus(s.ctx, c.log, err)
+	}
+	var results []store.RenewResult
+	if len(toks) > 0 {
+		results, err = c.store.Renew(s.ctx, store.RenewParams{Tenant: s.tenant, Tokens: toks, LeaseDuration: lease, Now: c.now()})
+		if err != nil {
+			return toStatus(s.ctx, c.log, err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_HeartbeatResult{
+		HeartbeatResult: &leaseholdv1.HeartbeatResult{Results: toRenewResults(results)},
+	}})
+	if s.closed {
+		return nil // the stream ended meanwhile; nothing to track
+	}
+	for _, r := range results {
+		key := jobKey{s.tenant, r.Token.JobID}
+		if r.Status == store.RenewLost {
+			if c.holders[key] == s {
+				delete(c.holders, key)
+			}
+			delete(s.leases, r.Token.JobID)
+			s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
+				LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
+			}})
+			continue
+		}
+		// A lease renewed through this stream is held here, even when it
+		// was claimed elsewhere (unary Claim, an earlier stream): cancel
+		// requests should reach it.
+		s.leases[r.Token.JobID] = r.Token
+		c.holders[key] = s
+	}
+	return nil
+}
+
+// register adds s, replacing (and ending) an earlier stream of the same
+// worker id, whose leases it takes over.
+func (c *Coordinator) register(s *session) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining {
+		return statusError(codes.Unavailable, ReasonShuttingDown, "coordinator shutting down: connect to another coordinator")
+	}
+	key := sessionKey{s.tenant, s.hello.workerID}
+	if old := c.sessions[key]; old != nil {
+		old.mu.Lock()
+		old.closed = true
+		for id, tok := range old.leases {
+			s.leases[id] = tok
+			c.holders[jobKey{s.tenant, id}] = s
+		}
+		old.leases = map[string]store.LeaseToken{}
+		old.mu.Unlock()
+		old.cancel(errReplaced)
+	}
+	c.sessions[key] = s
+	return nil
+}
+
+// unregister removes s and forgets the leases it held here (the leases
+// themselves live on in the store until they are finished or expire).
+func (c *Coordinator) unregister(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := sessionKey{s.tenant, s.hello.workerID}
+	if c.sessions[key] == s {
+		delete(c.sessions, key)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for id := range s.leases {
+		if c.holders[jobKey{s.tenant, id}] == s {
+			delete(c.holders, jobKey{s.tenant, id})
+		}
+	}
+	c.log.Debug("worker stream ended", slog.String("worker_id", s.hello.workerID), slog.Int("leases_held", len(s.leases)))
+}
+
+// workers lists the streams of tenant on this coordinator.
+func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*leaseholdv1.WorkerInfo, 0, len(c.sessions))
+	for key, s := range c.sessions {
+		if key.tenant != tenant {
+			continue
+		}
+		s.mu.Lock()
+		n := len(s.leases)
+		s.mu.Unlock()
+		out = append(out, &leaseholdv1.WorkerInfo{
+			WorkerId: s.hello.workerID, Queues: s.hello.queues, Capacity: s.hello.capacity,
+			ActiveLeases: int32(n), Labels: s.hello.labels, Sdk: s.hello.sdk,
+			ConnectedAt: timestamppb.New(s.connectedAt), CoordinatorId: c.cfg.ID,
+		})
+	}
+	return out
+}
+
+// recvStatus turns a Recv error into the handler's return value: the
+// client going away is not a server error.
+func recvStatus(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

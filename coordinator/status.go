@@ -1,0 +1,103 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of every Leasehold error.
+const ErrorDomain = "leasehold.dev"
+
+// ErrorInfo reasons clients switch on. They are part of the API: never
+// rename one.
+const (
+	ReasonLeaseLost           = "LEASE_LOST"
+	ReasonIdempotencyConflict = "IDEMPOTENCY_CONFLICT"
+	ReasonJobNotFound         = "JOB_NOT_FOUND"
+	ReasonEffectNotFound      = "EFFECT_NOT_FOUND"
+	ReasonJobAlreadyFinal     = "JOB_ALREADY_FINAL"
+	ReasonJobNotDead          = "JOB_NOT_DEAD"
+	ReasonJobAbandoned        = "JOB_ABANDONED"
+	ReasonJobAlreadyReplayed  = "JOB_ALREADY_REPLAYED"
+	ReasonInvalidArgument     = "INVALID_ARGUMENT"
+	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
+	ReasonShuttingDown        = "SHUTTING_DOWN"
+	ReasonStreamReplaced      = "STREAM_REPLACED"
+	ReasonUnimplemented       = "UNIMPLEMENTED"
+	ReasonInternal            = "INTERNAL"
+)
+
+// statusError builds a status with an ErrorInfo reason.
+func statusError(code codes.Code, reason, msg string, details ...*errdetails.BadRequest) error {
+	st := status.New(code, msg)
+	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+	if err != nil {
+		return st.Err()
+	}
+	st = withInfo
+	for _, d := range details {
+		if s, err := st.WithDetails(d); err == nil {
+			st = s
+		}
+	}
+	return st.Err()
+}
+
+// invalidArgument is INVALID_ARGUMENT with one BadRequest field violation.
+func invalidArgument(field, description string) error {
+	return statusError(codes.InvalidArgument, ReasonInvalidArgument, field+": "+description,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: field, Description: description,
+		}}})
+}
+
+// toStatus maps an error from validation or the store to a gRPC status. It
+// is the only place that does: an errors.Is/As switch, so wrapped errors map
+// like bare ones. Unknown errors become INTERNAL with a fixed message; the
+// error itself is logged, never sent (it may hold SQL or driver text).
+func toStatus(ctx context.Context, log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a status built by this package
+	}
+	var inv *store.InvalidError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case errors.As(err, &inv):
+		return invalidArgument(inv.Field, inv.Reason)
+	case errors.Is(err, store.ErrInvalid):
+		return statusError(codes.InvalidArgument, ReasonInvalidArgument, "invalid argument")
+	case errors.Is(err, store.ErrLeaseLost):
+		return statusError(codes.FailedPrecondition, ReasonLeaseLost,
+			"the lease is no longer held at this generation: stop working on the job and publish nothing more for it")
+	case errors.Is(err, store.ErrIdempotencyConflict):
+		return statusError(codes.AlreadyExists, ReasonIdempotencyConflict,
+			"request_id was already used with a different request: use a new request_id or resend the original request")
+	case errors.Is(err, store.ErrNotFound):
+		return statusError(codes.NotFound, ReasonJobNotFound, "job not found")
+	case errors.Is(err, store.ErrAlreadyFinal):
+		return statusError(codes.FailedPrecondition, ReasonJobAlreadyFinal, "the job is already in a terminal state")
+	case errors.Is(err, store.ErrNotDead):
+		return statusError(codes.FailedPrecondition, ReasonJobNotDead, "the job is not in the dead-letter queue")
+	case errors.Is(err, store.ErrAbandoned):
+		return statusError(codes.FailedPrecondition, ReasonJobAbandoned, "the dead job was abandoned and cannot be replayed")
+	case errors.Is(err, store.ErrAlreadyReplayed):
+		return statusError(codes.FailedPrecondition, ReasonJobAlreadyReplayed, "the dead job was already replayed and cannot be abandoned")
+	case errors.Is(err, store.ErrUnavailable):
+		log.WarnContext(ctx, "store unavailable", slog.String("error", err.Error()))
+		return statusError(codes.Unavailable, ReasonStoreUnavailable, "the store is briefly unavailable: retry the call")
+	default:
+		log.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
+		return statusError(codes.Internal, ReasonInternal, "internal error")
+	}
+}

@@ -1,0 +1,666 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// Request bounds of the API that the store does not define itself.
+const (
+	// PageSizeDefault and PageSizeMax apply to ListJobs and ListDeadJobs
+	// (AIP-158: 0 → default, larger → capped, negative → invalid).
+	PageSizeDefault = 50
+	PageSizeMax     = 500
+	// EventPageSizeDefault and EventPageSizeMax apply to ListJobEvents.
+	EventPageSizeDefault = 100
+	EventPageSizeMax     = 1000
+	// PageTokenMaxLen bounds an opaque page token.
+	PageTokenMaxLen = 1024
+	// CreditsMax bounds one CreditGrant and the credits a stream may hold
+	// at once; Hello.capacity has the same range.
+	CreditsMax = 10_000
+	// LabelsMax bounds Hello.labels.
+	LabelsMax = 32
+	// SDKFieldMaxLen bounds Hello.sdk_name and Hello.sdk_version.
+	SDKFieldMaxLen = 128
+)
+
+// validator decodes and validates requests: one method per request
+// message, each returning the store parameters or a *store.InvalidError
+// naming the offending field by its proto path. Nothing is written before a
+// request has passed its validator.
+type validator struct {
+	payloadMax   int
+	defaultLease time.Duration
+}
+
+func (v validator) blob(field string, b []byte) error {
+	if len(b) > v.payloadMax {
+		return store.Invalid(field, fmt.Sprintf("must be at most %d bytes", v.payloadMax))
+	}
+	return nil
+}
+
+// duration decodes an optional duration: nil is zero; a malformed or
+// negative one is invalid.
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, store.Invalid(field, "must be a valid duration")
+	}
+	if d.AsDuration() < 0 {
+		return 0, store.Invalid(field, "must not be negative")
+	}
+	return d.AsDuration(), nil
+}
+
+func timestamp(field string, t *timestamppb.Timestamp) (time.Time, error) {
+	if t == nil {
+		return time.Time{}, nil
+	}
+	if err := t.CheckValid(); err != nil {
+		return time.Time{}, store.Invalid(field, "must be a valid timestamp")
+	}
+	return t.AsTime(), nil
+}
+
+func jobID(field, id string) error {
+	return store.ValidateText(field, id, store.NameMaxLen, true)
+}
+
+// pageSize applies AIP-158: 0 → def, above max → max, negative → invalid.
+func pageSize(field string, n int32, def, maxSize int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, store.Invalid(field, "must not be negative")
+	case n == 0:
+		return def, nil
+	case int(n) > maxSize:
+		return maxSize, nil
+	}
+	return int(n), nil
+}
+
+func pageToken(field, tok string) error {
+	return store.ValidateText(field, tok, PageTokenMaxLen, false)
+}
+
+// renameField rewrites the prefix of an *store.InvalidError's field, so a
+// store validator's "token.job_id" reads "tokens[3].job_id" to the caller.
+func renameField(err error, from, to string) error {
+	if inv, ok := err.(*store.InvalidError); ok && strings.HasPrefix(inv.Field, from) {
+		return store.Invalid(to+strings.TrimPrefix(inv.Field, from), inv.Reason)
+	}
+	return err
+}
+
+func optionalName(field, s string) error {
+	if s != "" && !store.ValidName(s) {
+		return store.Invalid(field, "must be 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit")
+	}
+	return nil
+}
+
+func requiredName(field, s string) error {
+	if !store.ValidName(s) {
+		return store.Invalid(field, "must be 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit")
+	}
+	return nil
+}
+
+// token decodes a lease token; field names the token in the request.
+func token(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, error) {
+	if t == nil {
+		return store.LeaseToken{}, store.Invalid(field, "is required")
+	}
+	tok := store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}
+	if err := store.ValidateToken(tok); err != nil {
+		return store.LeaseToken{}, renameField(err, "token", field)
+	}
+	return tok, nil
+}
+
+func (v validator) spec(field string, s *leaseholdv1.JobSpec) (store.JobSpec, error) {
+	if s == nil {
+		return store.JobSpec{}, store.Invalid(field, "is required")
+	}
+	runAt, err := timestamp(field+".run_at", s.GetRunAt())
+	if err != nil {
+		return store.JobSpec{}, err
+	}
+	runAfter, err := duration(field+".run_after", s.GetRunAfter())
+	if err != nil {
+		return store.JobSpec{}, err
+	}
+	spec := store.JobSpec{
+		Queue:       s.GetQueue(),
+		Kind:        s.GetKind(),
+		Payload:     s.GetPayload(),
+		Metadata:    s.GetMetadata(),
+		Priority:    s.GetPriority(),
+		RunAt:       runAt,
+		RunAfter:    runAfter,
+		MaxAttempts: s.GetMaxAttempts(),
+		Dependency:  s.GetDependency(),
+	}
+	if err := v.blob(field+".payload", spec.Payload); err != nil {
+		return store.JobSpec{}, err
+	}
+	if err := store.ValidateSpec(field, spec); err != nil {
+		return store.JobSpec{}, err
+	}
+	if !runAt.IsZero() && (runAt.Year() < 1970 || runAt.After(time.Now().Add(store.RunAfterMax+24*time.Hour))) {
+		// Bounded like run_after; measured on the process clock because
+		// this is a sanity bound, not a lease decision.
+		return store.JobSpec{}, store.Invalid(field+".run_at", "must be after 1970 and at most 365 days ahead")
+	}
+	return spec, nil
+}
+
+func (v validator) createRequest(field string, r *leaseholdv1.CreateJobRequest) (store.CreateRequest, error) {
+	if r == nil {
+		return store.CreateRequest{}, store.Invalid(field, "is required")
+	}
+	prefix := field
+	if prefix != "" {
+		prefix += "."
+	}
+	if err := store.ValidateText(prefix+"request_id", r.GetRequestId(), store.RequestIDMaxLen, false); err != nil {
+		return store.CreateRequest{}, err
+	}
+	spec, err := v.spec(prefix+"job", r.GetJob())
+	if err != nil {
+		return store.CreateRequest{}, err
+	}
+	return store.CreateRequest{Spec: spec, RequestID: r.GetRequestId()}, nil
+}
+
+// CreateJob validates a CreateJobRequest.
+func (v validator) CreateJob(r *leaseholdv1.CreateJobRequest) (store.CreateRequest, error) {
+	return v.createRequest("", r)
+}
+
+// BatchCreateJobs validates a BatchCreateJobsRequest.
+func (v validator) BatchCreateJobs(r *leaseholdv1.BatchCreateJobsRequest) ([]store.CreateRequest, error) {
+	n := len(r.GetRequests())
+	if n == 0 || n > store.BatchMaxItems {
+		return nil, store.Invalid("requests", fmt.Sprintf("must have 1-%d items", store.BatchMaxItems))
+	}
+	out := make([]store.CreateRequest, 0, n)
+	for i, item := range r.GetRequests() {
+		cr, err := v.createRequest(fmt.Sprintf("requests[%d]", i), item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+// GetJob validates a GetJobRequest.
+func (v validator) GetJob(r *leaseholdv1.GetJobRequest) (string, error) {
+	return r.GetJobId(), jobID("job_id", r.GetJobId())
+}
+
+// ListJobs validates a ListJobsRequest. A JOB_STATE_UNSPECIFIED filter
+// matches every state, as the proto documents.
+func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParams, error) {
+	var p store.ListJobsParams
+	if err := optionalName("queue", r.GetQueue()); err != nil {
+		return p, err
+	}
+	if err := optionalName("kind", r.GetKind()); err != nil {
+		return p, err
+	}
+	if len(r.GetStates()) > 16 {
+		return p, store.Invalid("states", "must have at most 16 items")
+	}
+	var states []store.JobState
+	for i, s := range r.GetStates() {
+		if s == leaseholdv1.JobState_JOB_STATE_UNSPECIFIED {
+			states = nil
+			break
+		}
+		st, ok := jobStateFromProto(s)
+		if !ok {
+			return p, store.Invalid(fmt.Sprintf("states[%d]", i), "must be a known JobState")
+		}
+		states = append(states, st)
+	}
+	size, err := pageSize("page_size", r.GetPageSize(), PageSizeDefault, PageSizeMax)
+	if err != nil {
+		return p, err
+	}
+	if err := pageToken("page_token", r.GetPageToken()); err != nil {
+		return p, err
+	}
+	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken()}, nil
+}
+
+// CancelJob validates a CancelJobRequest.
+func (v validator) CancelJob(r *leaseholdv1.CancelJobRequest) (store.RequestCancelParams, error) {
+	if err := jobID("job_id", r.GetJobId()); err != nil {
+		return store.RequestCancelParams{}, err
+	}
+	if err := store.ValidateReason(r.GetReason()); err != nil {
+		return store.RequestCancelParams{}, err
+	}
+	return store.RequestCancelParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
+}
+
+// ListJobEvents validates a ListJobEventsRequest.
+func (v validator) ListJobEvents(r *leaseholdv1.ListJobEventsRequest) (store.ListEventsParams, error) {
+	if err := jobID("job_id", r.GetJobId()); err != nil {
+		return store.ListEventsParams{}, err
+	}
+	if r.GetAfterSequence() < 0 {
+		return store.ListEventsParams{}, store.Invalid("after_sequence", "must not be negative")
+	}
+	size, err := pageSize("page_size", r.GetPageSize(), EventPageSizeDefault, EventPageSizeMax)
+	if err != nil {
+		return store.ListEventsParams{}, err
+	}
+	return store.ListEventsParams{JobID: r.GetJobId(), AfterSequence: r.GetAfterSequence(), Limit: size}, nil
+}
+
+// WatchJob validates a WatchJobRequest.
+func (v validator) WatchJob(r *leaseholdv1.WatchJobRequest) (store.ListEventsParams, error) {
+	if err := jobID("job_id", r.GetJobId()); err != nil {
+		return store.ListEventsParams{}, err
+	}
+	if r.GetAfterSequence() < 0 {
+		return store.ListEventsParams{}, store.Invalid("after_sequence", "must not be negative")
+	}
+	return store.ListEventsParams{JobID: r.GetJobId(), AfterSequence: r.GetAfterSequence(), Limit: EventPageSizeMax}, nil
+}
+
+// claimRequest is a validated ClaimRequest.
+type claimRequest struct {
+	params store.ClaimParams
+	wait   time.Duration
+}
+
+// Claim validates a ClaimRequest. max_jobs 0 means 1.
+func (v validator) Claim(r *leaseholdv1.ClaimRequest) (claimRequest, error) {
+	lease, err := duration("lease_duration", r.GetLeaseDuration())
+	if err != nil {
+		return claimRequest{}, err
+	}
+	wait, err := duration("wait", r.GetWait())
+	if err != nil {
+		return claimRequest{}, err
+	}
+	if wait > ClaimWaitMax {
+		return claimRequest{}, store.Invalid("wait", "must be at most 60s")
+	}
+	maxJobs := int(r.GetMaxJobs())
+	if maxJobs == 0 {
+		maxJobs = 1
+	}
+	p := store.ClaimParams{Worker: r.GetWorkerId(), Queues: r.GetQueues(), Max: maxJobs, LeaseDuration: lease}
+	if err := store.ValidateClaim(p); err != nil {
+		return claimRequest{}, err
+	}
+	return claimRequest{params: p, wait: wait}, nil
+}
+
+// tokens validates a list of tokens that must all belong to one worker.
+func tokens(field string, in []*leaseholdv1.LeaseToken, worker string) ([]store.LeaseToken, error) {
+	if len(in) > store.BatchMaxItems {
+		return nil, store.Invalid(field, fmt.Sprintf("must have at most %d items", store.BatchMaxItems))
+	}
+	out := make([]store.LeaseToken, 0, len(in))
+	for i, t := range in {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		tok, err := token(f, t)
+		if err != nil {
+			return nil, err
+		}
+		if worker == "" {
+			worker = tok.WorkerID
+		}
+		if tok.WorkerID != worker {
+			return nil, store.Invalid(f+".worker_id", "all tokens must belong to the same worker")
+		}
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
+// Renew validates a RenewRequest; an unset lease_duration is the
+// configured default.
+func (v validator) Renew(r *leaseholdv1.RenewRequest) (store.RenewParams, error) {
+	if len(r.GetTokens()) == 0 {
+		return store.RenewParams{}, store.Invalid("tokens", fmt.Sprintf("must have 1-%d items", store.BatchMaxItems))
+	}
+	toks, err := tokens("tokens", r.GetTokens(), "")
+	if err != nil {
+		return store.RenewParams{}, err
+	}
+	lease, err := v.leaseDuration("lease_duration", r.GetLeaseDuration(), v.defaultLease)
+	if err != nil {
+		return store.RenewParams{}, err
+	}
+	return store.RenewParams{Tokens: toks, LeaseDuration: lease}, nil
+}
+
+// leaseDuration decodes an optional lease duration within [1s, 1h].
+func (v validator) leaseDuration(field string, d *durationpb.Duration, def time.Duration) (time.Duration, error) {
+	lease, err := duration(field, d)
+	if err != nil {
+		return 0, err
+	}
+	if lease == 0 {
+		return def, nil
+	}
+	return lease, store.ValidateLeaseDuration(field, lease, false)
+}
+
+// Complete validates a CompleteRequest.
+func (v validator) Complete(r *leaseholdv1.CompleteRequest) (store.CompleteParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.CompleteParams{}, err
+	}
+	if err := v.blob("result", r.GetResult()); err != nil {
+		return store.CompleteParams{}, err
+	}
+	return store.CompleteParams{Token: tok, Result: r.GetResult()}, nil
+}
+
+// Retry validates a RetryRequest. The error is required: a Retry without
+// one would silently fail the job as non-retryable.
+func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.RetryParams{}, err
+	}
+	if r.GetError() == nil {
+		return store.RetryParams{}, store.Invalid("error", "is required")
+	}
+	je := store.JobError{Code: r.GetError().GetCode(), Message: r.GetError().GetMessage(), Retryable: r.GetError().GetRetryable()}
+	if err := store.ValidateJobError(je); err != nil {
+		return store.RetryParams{}, err
+	}
+	after, err := duration("retry_after", r.GetRetryAfter())
+	if err != nil {
+		return store.RetryParams{}, err
+	}
+	if err := store.ValidateRetryAfter(after); err != nil {
+		return store.RetryParams{}, err
+	}
+	return store.RetryParams{Token: tok, Error: je, RetryAfter: after}, nil
+}
+
+// Cancel validates a (holder's) CancelRequest.
+func (v validator) Cancel(r *leaseholdv1.CancelRequest) (store.CancelByHolderParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.CancelByHolderParams{}, err
+	}
+	if err := store.ValidateReason(r.GetReason()); err != nil {
+		return store.CancelByHolderParams{}, err
+	}
+	return store.CancelByHolderParams{Token: tok, Reason: r.GetReason()}, nil
+}
+
+// Release validates a ReleaseRequest.
+func (v validator) Release(r *leaseholdv1.ReleaseRequest) (store.ReleaseParams, error) {
+	tok, err := token("token", r.GetToken())
+	return store.ReleaseParams{Token: tok}, err
+}
+
+// SaveCheckpoint validates a SaveCheckpointRequest.
+func (v validator) SaveCheckpoint(r *leaseholdv1.SaveCheckpointRequest) (store.SaveCheckpointParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.SaveCheckpointParams{}, err
+	}
+	if err := store.ValidatePhase(r.GetPhase()); err != nil {
+		return store.SaveCheckpointParams{}, err
+	}
+	if err := v.blob("state", r.GetState()); err != nil {
+		return store.SaveCheckpointParams{}, err
+	}
+	return store.SaveCheckpointParams{Token: tok, Phase: r.GetPhase(), State: r.GetState()}, nil
+}
+
+// ReserveEffect validates a ReserveEffectRequest.
+func (v validator) ReserveEffect(r *leaseholdv1.ReserveEffectRequest) (store.ReserveEffectParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.ReserveEffectParams{}, err
+	}
+	if err := store.ValidateEffectKey(r.GetEffectKey()); err != nil {
+		return store.ReserveEffectParams{}, err
+	}
+	return store.ReserveEffectParams{Token: tok, Key: r.GetEffectKey()}, nil
+}
+
+// RecordEffect validates a RecordEffectRequest.
+func (v validator) RecordEffect(r *leaseholdv1.RecordEffectRequest) (store.RecordEffectParams, error) {
+	tok, err := token("token", r.GetToken())
+	if err != nil {
+		return store.RecordEffectParams{}, err
+	}
+	if err := store.ValidateEffectKey(r.GetEffectKey()); err != nil {
+		return store.RecordEffectParams{}, err
+	}
+	var st store.EffectStatus
+	switch r.GetStatus() {
+	case leaseholdv1.EffectStatus_EFFECT_STATUS_SUCCEEDED:
+		st = store.EffectSucceeded
+	case leaseholdv1.EffectStatus_EFFECT_STATUS_FAILED:
+		st = store.EffectFailed
+	case leaseholdv1.EffectStatus_EFFECT_STATUS_UNKNOWN:
+		st = store.EffectUnknown
+	default:
+		return store.RecordEffectParams{}, store.Invalid("status", "must be SUCCEEDED, FAILED or UNKNOWN")
+	}
+	if err := store.ValidateProviderOperationID(r.GetProviderOperationId()); err != nil {
+		return store.RecordEffectParams{}, err
+	}
+	if err := v.blob("result", r.GetResult()); err != nil {
+		return store.RecordEffectParams{}, err
+	}
+	return store.RecordEffectParams{Token: tok, Key: r.GetEffectKey(), Status: st,
+		ProviderOperationID: r.GetProviderOperationId(), Result: r.GetResult()}, nil
+}
+
+// hello is a validated Hello.
+type hello struct {
+	workerID string
+	queues   []string
+	capacity int32
+	labels   map[string]string
+	sdk      string
+	lease    time.Duration // 0: the queue policy's default
+}
+
+// Hello validates the first message of a Connect stream.
+func (v validator) Hello(r *leaseholdv1.Hello) (hello, error) {
+	if r == nil {
+		return hello{}, store.Invalid("hello", "the first message must be hello")
+	}
+	if !store.ValidWorkerID(r.GetWorkerId()) {
+		return hello{}, store.Invalid("hello.worker_id", "must be 1-128 characters of [A-Za-z0-9._:@/-]")
+	}
+	qs := r.GetQueues()
+	if len(qs) == 0 || len(qs) > store.QueuesMax {
+		return hello{}, store.Invalid("hello.queues", fmt.Sprintf("must name 1-%d queues", store.QueuesMax))
+	}
+	for i, q := range qs {
+		if err := requiredName(fmt.Sprintf("hello.queues[%d]", i), q); err != nil {
+			return hello{}, err
+		}
+	}
+	if r.GetCapacity() < 1 || r.GetCapacity() > CreditsMax {
+		return hello{}, store.Invalid("hello.capacity", fmt.Sprintf("must be in [1, %d]", CreditsMax))
+	}
+	if len(r.GetLabels()) > LabelsMax {
+		return hello{}, store.Invalid("hello.labels", fmt.Sprintf("must have at most %d entries", LabelsMax))
+	}
+	if err := store.ValidateMetadata("hello.labels", r.GetLabels()); err != nil {
+		return hello{}, err
+	}
+	if err := store.ValidateText("hello.sdk_name", r.GetSdkName(), SDKFieldMaxLen, false); err != nil {
+		return hello{}, err
+	}
+	if err := store.ValidateText("hello.sdk_version", r.GetSdkVersion(), SDKFieldMaxLen, false); err != nil {
+		return hello{}, err
+	}
+	lease, err := v.leaseDuration("hello.lease_duration", r.GetLeaseDuration(), 0)
+	if err != nil {
+		return hello{}, err
+	}
+	sdk := r.GetSdkName()
+	if r.GetSdkVersion() != "" {
+		sdk += "/" + r.GetSdkVersion()
+	}
+	return hello{workerID: r.GetWorkerId(), queues: qs, capacity: r.GetCapacity(),
+		labels: r.GetLabels(), sdk: sdk, lease: lease}, nil
+}
+
+// CreditGrant validates a CreditGrant.
+func (v validator) CreditGrant(r *leaseholdv1.CreditGrant) (int, error) {
+	if r.GetCredits() < 1 || r.GetCredits() > CreditsMax {
+		return 0, store.Invalid("credit.credits", fmt.Sprintf("must be in [1, %d]", CreditsMax))
+	}
+	return int(r.GetCredits()), nil
+}
+
+// Heartbeat validates a Heartbeat of the stream's worker. An unset
+// lease_duration is def (the stream's).
+func (v validator) Heartbeat(r *leaseholdv1.Heartbeat, worker string, def time.Duration) ([]store.LeaseToken, time.Duration, error) {
+	toks, err := tokens("heartbeat.tokens", r.GetTokens(), worker)
+	if err != nil {
+		return nil, 0, err
+	}
+	lease, err := v.leaseDuration("heartbeat.lease_duration", r.GetLeaseDuration(), def)
+	if err != nil {
+		return nil, 0, err
+	}
+	return toks, lease, nil
+}
+
+func (v validator) queue(q string) (string, error) { return q, requiredName("queue", q) }
+
+// GetQueue validates a GetQueueRequest.
+func (v validator) GetQueue(r *leaseholdv1.GetQueueRequest) (string, error) {
+	return v.queue(r.GetQueue())
+}
+
+// PauseQueue validates a PauseQueueRequest.
+func (v validator) PauseQueue(r *leaseholdv1.PauseQueueRequest) (string, error) {
+	return v.queue(r.GetQueue())
+}
+
+// ResumeQueue validates a ResumeQueueRequest.
+func (v validator) ResumeQueue(r *leaseholdv1.ResumeQueueRequest) (string, error) {
+	return v.queue(r.GetQueue())
+}
+
+// UpdateQueuePolicy validates an UpdateQueuePolicyRequest. Unset durations
+// and zero numbers take the defaults; an unset jitter_fraction is
+// store.RetryJitterFractionDefault, an explicit 0 means no jitter. The
+// store validates the result again after defaults.
+func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (store.QueuePolicy, error) {
+	p := r.GetPolicy()
+	if p == nil {
+		return store.QueuePolicy{}, store.Invalid("policy", "is required")
+	}
+	if err := requiredName("policy.queue", p.GetQueue()); err != nil {
+		return store.QueuePolicy{}, err
+	}
+	rp := p.GetRetry()
+	initial, err := duration("policy.retry.initial_delay", rp.GetInitialDelay())
+	if err != nil {
+		return store.QueuePolicy{}, err
+	}
+	maxDelay, err := duration("policy.retry.max_delay", rp.GetMaxDelay())
+	if err != nil {
+		return store.QueuePolicy{}, err
+	}
+	deadline, err := duration("policy.retry.total_retry_deadline", rp.GetTotalRetryDeadline())
+	if err != nil {
+		return store.QueuePolicy{}, err
+	}
+	lease, err := duration("policy.default_lease_duration", p.GetDefaultLeaseDuration())
+	if err != nil {
+		return store.QueuePolicy{}, err
+	}
+	jitter := store.RetryJitterFractionDefault
+	if rp != nil && rp.JitterFraction != nil {
+		jitter = rp.GetJitterFraction()
+	}
+	qp := store.QueuePolicy{
+		Queue: p.GetQueue(),
+		Retry: store.RetryPolicy{
+			MaxAttempts:            rp.GetMaxAttempts(),
+			InitialDelay:           initial,
+			MaxDelay:               maxDelay,
+			Multiplier:             rp.GetMultiplier(),
+			JitterFraction:         jitter,
+			RetryableErrorCodes:    rp.GetRetryableErrorCodes(),
+			NonRetryableErrorCodes: rp.GetNonRetryableErrorCodes(),
+			TotalRetryDeadline:     deadline,
+		},
+		DefaultLeaseDuration: lease,
+		ConcurrencyLimit:     p.GetConcurrencyLimit(),
+	}.WithDefaults()
+	if err := qp.Validate(); err != nil {
+		return store.QueuePolicy{}, err
+	}
+	return qp, nil
+}
+
+// ListDeadJobs validates a ListDeadJobsRequest.
+func (v validator) ListDeadJobs(r *leaseholdv1.ListDeadJobsRequest) (store.ListDeadJobsParams, error) {
+	if err := optionalName("queue", r.GetQueue()); err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
+	size, err := pageSize("page_size", r.GetPageSize(), PageSizeDefault, PageSizeMax)
+	if err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
+	if err := pageToken("page_token", r.GetPageToken()); err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
+	return store.ListDeadJobsParams{Queue: r.GetQueue(), IncludeAbandoned: r.GetIncludeAbandoned(),
+		Limit: size, Cursor: r.GetPageToken()}, nil
+}
+
+// GetDeadJob validates a GetDeadJobRequest.
+func (v validator) GetDeadJob(r *leaseholdv1.GetDeadJobRequest) (string, error) {
+	return r.GetJobId(), jobID("job_id", r.GetJobId())
+}
+
+// ReplayDeadJob validates a ReplayDeadJobRequest.
+func (v validator) ReplayDeadJob(r *leaseholdv1.ReplayDeadJobRequest) (store.ReplayDeadJobParams, error) {
+	if err := jobID("job_id", r.GetJobId()); err != nil {
+		return store.ReplayDeadJobParams{}, err
+	}
+	return store.ReplayDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, store.ValidateReason(r.GetReason())
+}
+
+// AbandonDeadJob validates an AbandonDeadJobRequest.
+func (v validator) AbandonDeadJob(r *leaseholdv1.AbandonDeadJobRequest) (store.AbandonDeadJobParams, error) {
+	if err := jobID("job_id", r.GetJobId()); err != nil {
+		return store.AbandonDeadJobParams{}, err
+	}
+	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, store.ValidateReason(r.GetReason())
+}
+
+// ResetBreaker validates a ResetBreakerRequest.
+func (v validator) ResetBreaker(r *leaseholdv1.ResetBreakerRequest) error {
+	return requiredName("dependency", r.GetDependency())
+}

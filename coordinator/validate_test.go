@@ -1,0 +1,214 @@
+package coordinator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+var testValidator = validator{payloadMax: 1024, defaultLease: 30 * time.Second}
+
+// checkInvalid asserts the validator contract: an error is always a
+// *store.InvalidError naming a field, so toStatus turns it into a
+// BadRequest field violation.
+func checkInvalid(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field == "" || inv.Reason == "" {
+		t.Fatalf("validator error %v (%T) is not an InvalidError with a field", err, err)
+	}
+}
+
+func FuzzValidateCreateJob(f *testing.F) {
+	for _, r := range []*leaseholdv1.CreateJobRequest{
+		{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k", Payload: []byte("x")}, RequestId: "r-1"},
+		{Job: &leaseholdv1.JobSpec{Queue: "bad queue", Kind: "k"}},
+		{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k", Metadata: map[string]string{"traceparent": "00-abc"}, Priority: 1001}},
+		{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k", RunAfter: durationpb.New(-time.Second)}},
+		{},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.CreateJobRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		cr, err := testValidator.CreateJob(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		// Whatever passes the API validator must pass the store's too, and
+		// respect the API's tighter payload limit.
+		if err := store.ValidateCreate(store.CreateJobsParams{Tenant: "t", Requests: []store.CreateRequest{cr}}); err != nil {
+			t.Fatalf("accepted request fails store validation: %v", err)
+		}
+		if len(cr.Spec.Payload) > testValidator.payloadMax {
+			t.Fatalf("accepted a %d-byte payload", len(cr.Spec.Payload))
+		}
+	})
+}
+
+func FuzzValidateClaim(f *testing.F) {
+	for _, r := range []*leaseholdv1.ClaimRequest{
+		{WorkerId: "w-1", Queues: []string{"q"}, MaxJobs: 10, Wait: durationpb.New(time.Second)},
+		{WorkerId: "w", Queues: []string{"q"}, MaxJobs: 1001},
+		{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(2 * time.Hour)},
+		{WorkerId: "", Queues: nil},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.ClaimRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		cr, err := testValidator.Claim(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if err := store.ValidateClaim(cr.params); err != nil {
+			t.Fatalf("accepted claim fails store validation: %v", err)
+		}
+		if cr.wait < 0 || cr.wait > ClaimWaitMax || cr.params.Max < 1 || cr.params.Max > 1000 {
+			t.Fatalf("accepted out-of-bounds claim: %+v", cr)
+		}
+	})
+}
+
+func FuzzValidateRenew(f *testing.F) {
+	for _, r := range []*leaseholdv1.RenewRequest{
+		{Tokens: []*leaseholdv1.LeaseToken{{JobId: "j", LeaseGeneration: 1, WorkerId: "w"}}},
+		{Tokens: []*leaseholdv1.LeaseToken{{JobId: "j", LeaseGeneration: 1, WorkerId: "w"}, {JobId: "k", LeaseGeneration: 2, WorkerId: "x"}}},
+		{},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.RenewRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		p, err := testValidator.Renew(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if err := store.ValidateRenew(p); err != nil {
+			t.Fatalf("accepted renew fails store validation: %v", err)
+		}
+		for _, tok := range p.Tokens {
+			if tok.WorkerID != p.Tokens[0].WorkerID {
+				t.Fatal("accepted tokens of two workers")
+			}
+		}
+	})
+}
+
+func FuzzValidateHello(f *testing.F) {
+	for _, r := range []*leaseholdv1.Hello{
+		{WorkerId: "w", Queues: []string{"q"}, Capacity: 4, Labels: map[string]string{"host": "a"}},
+		{WorkerId: "w", Queues: []string{"q"}, Capacity: 0},
+		{WorkerId: "w w", Queues: []string{"q"}, Capacity: 1, LeaseDuration: durationpb.New(time.Millisecond)},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.Hello
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		h, err := testValidator.Hello(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if h.capacity < 1 || h.capacity > CreditsMax || len(h.queues) == 0 || len(h.labels) > LabelsMax {
+			t.Fatalf("accepted out-of-bounds hello: %+v", h)
+		}
+		if h.lease != 0 && (h.lease < store.LeaseDurationMin || h.lease > store.LeaseDurationMax) {
+			t.Fatalf("accepted lease %v", h.lease)
+		}
+	})
+}
+
+func FuzzValidateUpdateQueuePolicy(f *testing.F) {
+	for _, r := range []*leaseholdv1.UpdateQueuePolicyRequest{
+		{Policy: &leaseholdv1.QueuePolicy{Queue: "q"}},
+		{Policy: &leaseholdv1.QueuePolicy{Queue: "q", Retry: &leaseholdv1.RetryPolicy{MaxAttempts: 3, JitterFraction: proto.Float64(0)}}},
+		{Policy: &leaseholdv1.QueuePolicy{Queue: "q", Retry: &leaseholdv1.RetryPolicy{Multiplier: 0.5}}},
+		{},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.UpdateQueuePolicyRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		p, err := testValidator.UpdateQueuePolicy(&req)
+		checkInvalid(t, err)
+		if err == nil {
+			if err := p.Validate(); err != nil {
+				t.Fatalf("accepted policy fails store validation: %v", err)
+			}
+		}
+	})
+}
+
+func TestPolicyJitterUnsetMeansDefaultAndZeroMeansNone(t *testing.T) {
+	unset, err := testValidator.UpdateQueuePolicy(&leaseholdv1.UpdateQueuePolicyRequest{Policy: &leaseholdv1.QueuePolicy{Queue: "q"}})
+	if err != nil || unset.Retry.JitterFraction != store.RetryJitterFractionDefault {
+		t.Fatalf("unset jitter = %v, %v; want %v", unset.Retry.JitterFraction, err, store.RetryJitterFractionDefault)
+	}
+	zero, err := testValidator.UpdateQueuePolicy(&leaseholdv1.UpdateQueuePolicyRequest{Policy: &leaseholdv1.QueuePolicy{
+		Queue: "q", Retry: &leaseholdv1.RetryPolicy{JitterFraction: proto.Float64(0)},
+	}})
+	if err != nil || zero.Retry.JitterFraction != 0 {
+		t.Fatalf("zero jitter = %v, %v; want 0", zero.Retry.JitterFraction, err)
+	}
+	if unset.DefaultLeaseDuration != store.LeaseDurationDefault || unset.Retry.MaxAttempts != store.MaxAttemptsDefault {
+		t.Fatalf("defaults not applied: %+v", unset)
+	}
+}
+
+func TestPageSizeFollowsAIP158(t *testing.T) {
+	for _, tc := range []struct {
+		in      int32
+		want    int
+		invalid bool
+	}{{0, 50, false}, {1, 1, false}, {500, 500, false}, {501, 500, false}, {-1, 0, true}} {
+		got, err := pageSize("page_size", tc.in, PageSizeDefault, PageSizeMax)
+		if (err != nil) != tc.invalid || got != tc.want {
+			t.Errorf("pageSize(%d) = %d, %v; want %d (invalid %v)", tc.in, got, err, tc.want, tc.invalid)
+		}
+	}
+}
+
+func TestBatchFieldNamesPointAtTheItem(t *testing.T) {
+	_, err := testValidator.BatchCreateJobs(&leaseholdv1.BatchCreateJobsRequest{Requests: []*leaseholdv1.CreateJobRequest{
+		{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k"}},
+		{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k", Payload: []byte(strings.Repeat("x", 1025))}},
+	}})
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "requests[1].job.payload" {
+		t.Fatalf("err = %v; want requests[1].job.payload", err)
+	}
+}

@@ -1,0 +1,278 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasehold/leasehold/coordinator/dispatch"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// APIVersion is reported by GetVersion.
+const APIVersion = "leasehold.v1"
+
+// Capabilities are the features this server supports, reported by
+// GetVersion. Circuit breakers are not among them yet.
+var Capabilities = []string{
+	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
+	"checkpoints", "dead_letter", "watch_job",
+}
+
+// workerService is the worker API: thin shells over the store, plus the
+// Connect stream (session.go).
+type workerService struct {
+	leaseholdv1.UnimplementedWorkerServiceServer
+	c *Coordinator
+}
+
+// Claim leases jobs at once or, with wait set, long-polls through the
+// dispatcher's wake-ups until a job arrives, the wait passes (an empty
+// answer), or the coordinator shuts down (an empty answer too: the caller
+// simply claims again, elsewhere).
+func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest) (*leaseholdv1.ClaimResponse, error) {
+	c := w.c
+	cr, err := c.v.Claim(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p := cr.params
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	select {
+	case <-c.closing:
+		return &leaseholdv1.ClaimResponse{}, nil
+	default:
+	}
+	jobs, err := c.store.Claim(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if len(jobs) == 0 && cr.wait > 0 {
+		jobs, err = c.longPoll(ctx, p, cr.wait)
+		if err != nil {
+			return nil, toStatus(ctx, c.log, err)
+		}
+	}
+	if len(jobs) > 0 {
+		c.changes.notify()
+	}
+	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, toLeasedJob(j))
+	}
+	return &leaseholdv1.ClaimResponse{Jobs: out}, nil
+}
+
+// longPoll registers a one-shot waiter with the dispatcher and waits.
+func (c *Coordinator) longPoll(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+	var (
+		mu     sync.Mutex // guards done
+		done   bool
+		result = make(chan []store.ClaimedJob, 1)
+	)
+	waiter := &dispatch.Waiter{
+		Tenant: p.Tenant, Worker: p.Worker, Queues: p.Queues, LeaseDuration: p.LeaseDuration, OneShot: true,
+		Deliver: func(jobs []store.ClaimedJob) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if done {
+				return false
+			}
+			done = true
+			result <- jobs
+			return true
+		},
+	}
+	if !c.dispatcher.Add(waiter, p.Max) {
+		return nil, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case jobs := <-result:
+		return jobs, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-c.dispatcher.Quiesced():
+	case <-c.closing:
+	}
+	c.dispatcher.Remove(waiter)
+	mu.Lock()
+	delivered := done
+	done = true
+	mu.Unlock()
+	if delivered {
+		jobs := <-result // delivered while we stopped waiting
+		if ctx.Err() != nil {
+			// Nobody will read the answer: give the jobs back now rather
+			// than let them sit out a lease.
+			c.releaseAll(ctx, p.Tenant, jobs)
+			return nil, ctx.Err()
+		}
+		return jobs, nil
+	}
+	return nil, ctx.Err()
+}
+
+// releaseAll releases leases nobody received. It detaches from ctx (already
+// cancelled) with a short timeout: releasing spares the jobs a lease of
+// waiting, and failing to is harmless (the leases expire).
+func (c *Coordinator) releaseAll(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, j := range jobs {
+		_, _ = c.store.Release(rctx, store.ReleaseParams{Tenant: tenant, Token: j.Token, Now: c.now()})
+	}
+}
+
+func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest) (*leaseholdv1.RenewResponse, error) {
+	c := w.c
+	p, err := c.v.Renew(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	res, err := c.store.Renew(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.RenewResponse{Results: toRenewResults(res)}, nil
+}
+
+func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteRequest) (*leaseholdv1.CompleteResponse, error) {
+	c := w.c
+	p, err := c.v.Complete(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	job, err := c.store.Complete(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.finished(p.Tenant, job)
+	return &leaseholdv1.CompleteResponse{Job: toJob(job)}, nil
+}
+
+func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest) (*leaseholdv1.RetryResponse, error) {
+	c := w.c
+	p, err := c.v.Retry(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	job, err := c.store.Retry(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.finished(p.Tenant, job)
+	return &leaseholdv1.RetryResponse{Job: toJob(job)}, nil
+}
+
+func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelRequest) (*leaseholdv1.CancelResponse, error) {
+	c := w.c
+	p, err := c.v.Cancel(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	job, err := c.store.CancelByHolder(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.finished(p.Tenant, job)
+	return &leaseholdv1.CancelResponse{Job: toJob(job)}, nil
+}
+
+func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseRequest) (*leaseholdv1.ReleaseResponse, error) {
+	c := w.c
+	p, err := c.v.Release(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	job, err := c.store.Release(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.finished(p.Tenant, job)
+	return &leaseholdv1.ReleaseResponse{Job: toJob(job)}, nil
+}
+
+// finished records that a job's lease ended through a unary call: the
+// holding stream stops tracking it, watchers wake, and a job back in its
+// queue wakes dispatch.
+func (c *Coordinator) finished(tenant string, job *store.Job) {
+	c.untrack(tenant, job.ID)
+	c.changes.notify()
+	if job.State == store.JobStateQueued {
+		c.dispatcher.Wake(tenant, job.Queue)
+	}
+}
+
+func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.SaveCheckpointRequest) (*leaseholdv1.SaveCheckpointResponse, error) {
+	c := w.c
+	p, err := c.v.SaveCheckpoint(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	cp, err := c.store.SaveCheckpoint(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.changes.notify()
+	return &leaseholdv1.SaveCheckpointResponse{Checkpoint: toCheckpoint(cp)}, nil
+}
+
+func (w *workerService) ReserveEffect(ctx context.Context, req *leaseholdv1.ReserveEffectRequest) (*leaseholdv1.ReserveEffectResponse, error) {
+	c := w.c
+	p, err := c.v.ReserveEffect(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	eff, reserved, err := c.store.ReserveEffect(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.ReserveEffectResponse{Effect: toEffect(eff), Reserved: reserved}, nil
+}
+
+func (w *workerService) RecordEffect(ctx context.Context, req *leaseholdv1.RecordEffectRequest) (*leaseholdv1.RecordEffectResponse, error) {
+	c := w.c
+	p, err := c.v.RecordEffect(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	eff, err := c.store.RecordEffect(ctx, p)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, statusError(codes.NotFound, ReasonEffectNotFound,
+			"effect_key was never reserved for this job: call ReserveEffect first")
+	}
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.RecordEffectResponse{Effect: toEffect(eff)}, nil
+}
+
+func (w *workerService) GetVersion(ctx context.Context, _ *leaseholdv1.GetVersionRequest) (*leaseholdv1.GetVersionResponse, error) {
+	c := w.c
+	now := c.now()
+	if now.IsZero() {
+		var err error
+		if now, err = c.store.Now(ctx); err != nil {
+			return nil, toStatus(ctx, c.log, err)
+		}
+	}
+	return &leaseholdv1.GetVersionResponse{
+		Version: c.cfg.Version, ApiVersion: APIVersion, Capabilities: Capabilities,
+		StoreEngine: c.store.Engine(), ServerTime: timestamppb.New(now),
+	}, nil
+}

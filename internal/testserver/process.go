@@ -1,0 +1,229 @@
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// processStartTimeout bounds how long a started binary may take to report
+// SERVING (it migrates its database first).
+const processStartTimeout = 60 * time.Second
+
+// processStopTimeout bounds how long cleanup waits after SIGTERM before
+// killing the process.
+const processStopTimeout = 60 * time.Second
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// Binary builds ./cmd/leasehold once per test process into a temporary
+// directory and returns the binary's path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leasehold-testbin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leasehold")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/leasehold")
+		cmd.Dir = moduleRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = errors.New("go build ./cmd/leasehold: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("testserver: %v", binErr)
+	}
+	return binPath
+}
+
+// moduleRoot is the repository root: two directories above this file.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Process is a `leasehold serve` process.
+type Process struct {
+	// Addr is the address it listens on.
+	Addr string
+	// Cmd is the running command.
+	Cmd *exec.Cmd
+
+	stderr   *syncBuffer
+	exited   chan struct{} // closed when the process has exited
+	exitCode int
+	waitErr  error
+}
+
+// StartProcess runs `leasehold serve --listen 127.0.0.1:<free port>
+// args...` in a temporary working directory (so the default ./leasehold.db
+// lands there), waits until its health reports SERVING, and stops it with
+// SIGTERM when the test ends (SIGKILL if it does not exit in time). A
+// --listen in args wins over the free port. LEASEHOLD_* variables of the
+// test's environment are not passed on: args decide.
+func StartProcess(t testing.TB, args ...string) *Process {
+	t.Helper()
+	bin := Binary(t)
+	addr := listenArg(args)
+	if addr == "" {
+		var err error
+		if addr, err = freeAddr(); err != nil {
+			t.Fatalf("testserver: free port: %v", err)
+		}
+		args = append([]string{"--listen", addr}, args...)
+	}
+	p := &Process{Addr: addr, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
+	p.Cmd.Dir = t.TempDir()
+	p.Cmd.Stdout = p.stderr
+	p.Cmd.Stderr = p.stderr
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			p.Cmd.Env = append(p.Cmd.Env, kv)
+		}
+	}
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatalf("testserver: start %s: %v", bin, err)
+	}
+	go func() {
+		err := p.Cmd.Wait()
+		p.exitCode = p.Cmd.ProcessState.ExitCode()
+		if p.exitCode < 0 {
+			p.waitErr = err
+		}
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(processStopTimeout):
+				t.Errorf("testserver: leasehold serve did not exit %v after SIGTERM; killing it", processStopTimeout)
+				p.Kill()
+				<-p.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("leasehold serve output:\n%s", p.Output())
+		}
+	})
+	p.waitServing(t)
+	return p
+}
+
+func listenArg(args []string) string {
+	for i, a := range args {
+		switch {
+		case (a == "--listen" || a == "-listen") && i+1 < len(args):
+			return args[i+1]
+		case strings.HasPrefix(a, "--listen="):
+			return strings.TrimPrefix(a, "--listen=")
+		case strings.HasPrefix(a, "-listen="):
+			return strings.TrimPrefix(a, "-listen=")
+		}
+	}
+	return ""
+}
+
+// waitServing watches grpc.health.v1 until SERVING. The client connection
+// retries with backoff until the process listens; Watch pushes the status,
+// so there is no polling loop here.
+func (p *Process) waitServing(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), processStartTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn := dial(t, p.Addr)
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if err == nil {
+		for {
+			var resp *healthpb.HealthCheckResponse
+			if resp, err = stream.Recv(); err != nil {
+				break
+			}
+			if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				cancel()
+				return
+			}
+		}
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("testserver: leasehold serve exited with code %d before serving:\n%s", p.exitCode, p.Output())
+	default:
+		t.Fatalf("testserver: leasehold serve on %s not SERVING: %v\n%s", p.Addr, err, p.Output())
+	}
+}
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) { _ = p.Cmd.Process.Signal(sig) }
+
+// Kill kills the process.
+func (p *Process) Kill() { _ = p.Cmd.Process.Kill() }
+
+// Wait waits for the process to exit and returns its exit code; err is
+// set when it did not exit normally (killed by a signal).
+func (p *Process) Wait() (exitCode int, err error) {
+	<-p.exited
+	return p.exitCode, p.waitErr
+}
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Output returns what the process wrote to stdout and stderr so far.
+func (p *Process) Output() string { return p.stderr.String() }
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and
+// readers in the test.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Dial returns an insecure client connection to the process, closed when
+// the test ends.
+func (p *Process) Dial(t testing.TB) *grpc.ClientConn {
+	t.Helper()
+	return dial(t, p.Addr)
+}
