@@ -104,6 +104,10 @@ type Config struct {
 	// MaxConcurrentStreams bounds concurrent RPCs per client connection.
 	// Default MaxConcurrentStreamsDefault (1000).
 	MaxConcurrentStreams uint32
+	// ActivityLogInterval is how often the coordinator logs its activity
+	// counters (jobs created, leases granted, outcomes) at Info, when they
+	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
+	ActivityLogInterval time.Duration
 	// Now, when set, is passed as Now to every store call and used for the
 	// coordinator's own time decisions, so tests can cross lease expiry
 	// without sleeping. Nil in production: the store's clock is the one
@@ -131,6 +135,7 @@ func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	return c
 }

@@ -36,6 +36,9 @@ type Coordinator struct {
 	dispatcher *dispatch.Dispatcher
 	pruner     *retention.Pruner
 	changes    *broadcast
+	activity   activity
+	// activityDone is closed when the activity reporter has returned.
+	activityDone chan struct{}
 
 	// bgCtx carries the dispatcher, maintenance and every stream session;
 	// cancelling it (with errShuttingDown) is the hard stop.
@@ -67,17 +70,18 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
-		health:   health.NewServer(),
-		changes:  newBroadcast(),
-		bgCtx:    bgCtx,
-		bgCancel: bgCancel,
-		closing:  make(chan struct{}),
-		sessions: make(map[sessionKey]*session),
-		holders:  make(map[jobKey]*session),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		store:        cfg.Store,
+		v:            validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
+		health:       health.NewServer(),
+		changes:      newBroadcast(),
+		bgCtx:        bgCtx,
+		bgCancel:     bgCancel,
+		closing:      make(chan struct{}),
+		activityDone: make(chan struct{}),
+		sessions:     make(map[sessionKey]*session),
+		holders:      make(map[jobKey]*session),
 	}
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
@@ -116,6 +120,12 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	c.startOnce.Do(func() {
 		c.dispatcher.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
+		go func() {
+			defer close(c.activityDone)
+			if c.cfg.ActivityLogInterval > 0 {
+				c.reportActivity(c.bgCtx, c.cfg.ActivityLogInterval)
+			}
+		}()
 	})
 	c.log.Info("leasehold coordinator serving",
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
@@ -203,6 +213,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.bgCancel(errShuttingDown)
 	c.dispatcher.Stop()
 	c.pruner.Stop()
+	c.startOnce.Do(func() { close(c.activityDone) }) // never served: no reporter runs
+	<-c.activityDone
+	c.logActivity(ctx, activityCounts{})
 
 	// 6.
 	if !c.cfg.KeepStoreOpen {

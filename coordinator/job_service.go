@@ -59,9 +59,12 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 		return nil, err
 	}
 	for _, r := range res {
-		if !r.Replayed {
-			c.dispatcher.Wake(tenant, r.Job.Queue)
+		if r.Replayed {
+			c.activity.replayed.Add(1)
+			continue
 		}
+		c.activity.created.Add(1)
+		c.dispatcher.Wake(tenant, r.Job.Queue)
 	}
 	return res, nil
 }
@@ -106,6 +109,9 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 	}
 	if job.State == store.JobStateLeased && job.CancelRequested {
 		c.notifyCancel(p.Tenant, job, p.Reason)
+	}
+	if job.State == store.JobStateCancelled {
+		c.activity.cancelled.Add(1)
 	}
 	c.changes.notify()
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil

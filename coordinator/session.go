@@ -81,6 +81,7 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 		c.holders[jobKey{s.tenant, j.Token.JobID}] = s
 		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j)}})
 	}
+	c.activity.leased.Add(int64(len(jobs)))
 	c.changes.notify()
 	return true
 }

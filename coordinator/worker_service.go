@@ -59,6 +59,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 		}
 	}
 	if len(jobs) > 0 {
+		c.activity.leased.Add(int64(len(jobs)))
 		c.changes.notify()
 	}
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
@@ -208,6 +209,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 // holding stream stops tracking it, watchers wake, and a job back in its
 // queue wakes dispatch.
 func (c *Coordinator) finished(tenant string, job *store.Job) {
+	c.activity.ended(job.State)
 	c.untrack(tenant, job.ID)
 	c.changes.notify()
 	if job.State == store.JobStateQueued {

@@ -3,7 +3,7 @@
 //
 // A worker in ten lines:
 //
-//	conn, err := grpc.NewClient("localhost:7070", grpc.WithTransportCredentials(insecure.NewCredentials()))
+//	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
 //	if err != nil { ... }
 //	w, err := worker.New(conn, worker.Config{Queues: []string{"emails"}})
 //	if err != nil { ... }
