@@ -64,13 +64,19 @@
 //	│             ├── retry (retryable, budget left) ─────────────┘
 //	│             ├── retry (non-retryable) ► FAILED
 //	│             ├── budget spent ─────────► DEAD ── replay ──► new job
-//	│             └── cancel ───────────────► CANCELLED           abandon
+//	│             │   (retry, or expiry seen by a claim)          abandon
+//	│             └── cancel ───────────────► CANCELLED
 //	└── cancel ──────────────────────────────► CANCELLED
 //
 // Release takes LEASED back to QUEUED without spending the attempt. A client
 // cancel of a LEASED job only sets CancelRequested: the holder learns it
 // from Renew (RenewCancelRequested) and acknowledges with CancelByHolder;
-// a Release of a cancel-requested job ends it CANCELLED too. SUCCEEDED, FAILED,
+// a Release of a cancel-requested job ends it CANCELLED too, and so does a
+// Retry that would have queued it again. If the holder lets the lease
+// expire instead, the next Claim on the queue ends the job CANCELLED. A
+// lease that expires with no report after the last attempt (or past the
+// retry deadline) is not taken over either: the next Claim on the queue
+// ends the job DEAD with LastError LEASE_EXPIRED. SUCCEEDED, FAILED,
 // CANCELLED and DEAD are terminal (JobState.Terminal); replaying a DEAD job
 // creates a new job and leaves the dead one as evidence.
 //
@@ -104,7 +110,10 @@
 //     expiry has passed like a queued one; taking it over appends
 //     LEASE_EXPIRED, closes the old attempt as lease_expired and bumps the
 //     generation, which fences the old holder. No process has to release
-//     a lease it can no longer use. [Lease]
+//     a lease it can no longer use. The exceptions are ended by that claim
+//     rather than taken over: a cancel-requested job becomes CANCELLED,
+//     and one whose budget is spent becomes DEAD (see 5). [Lease, Cancel,
+//     DeadLetter]
 //  5. Retries are bounded and classified. RetryPolicy.Retryable decides
 //     (the queue's non-retryable codes, then its retryable codes, then the
 //     worker's flag); DecideRetry picks QUEUED at now + NextRetryDelay
@@ -112,7 +121,12 @@
 //     injectable EngineOptions.Rand, or the worker's longer retry-after),
 //     FAILED, or DEAD when the attempt budget or the total retry deadline
 //     is spent. available_at is stored, so a restart keeps the delay. DEAD
-//     commits with its RUN_FAILED event. [Retry]
+//     commits with its RUN_FAILED event. A worker that crashes never
+//     reports, so the budget is also enforced at claim time: an expired
+//     lease with attempts >= max_attempts, or with the retry deadline
+//     before now, is not leased again; the claim ends the job DEAD with
+//     LEASE_EXPIRED, RUN_FAILED (code ErrorCodeLeaseExpired) and DEAD
+//     events, in its own transaction. [Retry, DeadLetter]
 //  6. Terminal state and its event commit atomically, and sequences are
 //     gapless. An event is appended only by bumping jobs.last_event_seq
 //     under the job's row lock (PostgreSQL) or the single writer (SQLite),
@@ -122,7 +136,10 @@
 //  7. Cancellation has a specified winner. Cancel and completion go through
 //     the same compare-and-set on the job row; the loser gets
 //     ErrAlreadyFinal or ErrLeaseLost and the state the winner left. A
-//     cancel-requested job is never claimed again. [Cancel]
+//     cancel-requested job is never claimed again: its holder's Release,
+//     or a Retry that would requeue it, ends it CANCELLED, and so does the
+//     first Claim on its queue after its lease expired unacknowledged.
+//     [Cancel]
 //  8. One clock. Every params struct has Now; zero means the store's clock
 //     (PostgreSQL's now() in production, the process clock for SQLite).
 //     Every comparison in one call uses that one instant, and tests inject
@@ -159,7 +176,10 @@
 //   - A job keeps failing: it ends DEAD with its attempt history and last
 //     error, listed by ListDeadJobs until an operator replays (a new job,
 //     ReplayOf set, idempotent) or abandons it; retention prunes it after
-//     that like any finished job.
+//     that like any finished job. A job that kills its worker every time
+//     (a poison pill) gets there too: the claim that finds its last lease
+//     expired ends it DEAD with last error LEASE_EXPIRED instead of
+//     leasing it again.
 //   - Finished jobs accumulate: Prune deletes terminal jobs older than a
 //     cut-off and expired idempotency records, in batches of BatchSize rows
 //     per transaction, so it never holds a long transaction. It never

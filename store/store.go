@@ -46,6 +46,22 @@ type Store interface {
 	// LEASE_EXPIRED event when it takes over an expired lease) and an attempt
 	// row. Order: priority desc, available_at, id. Paused queues, jobs with
 	// cancel requested and queues at their concurrency limit are skipped.
+	//
+	// An expired lease (LEASED, expiry <= now) in Queues that must not be
+	// taken over is ended instead, in the same transaction, with its
+	// attempt closed as lease_expired:
+	//
+	//   - cancel requested: CANCELLED (one CANCELLED event);
+	//   - budget spent (attempts >= max_attempts, or the retry deadline is
+	//     before now): DEAD, with LEASE_EXPIRED, RUN_FAILED (error
+	//     ErrorCodeLeaseExpired) and DEAD events and LastError set to
+	//     {ErrorCodeLeaseExpired, ErrorMessageLeaseExpired, retryable}. This
+	//     is how a job whose worker crashes every time (and so never calls
+	//     Retry) reaches the dead-letter queue instead of being claimed
+	//     forever.
+	//
+	// Neither takes a slot of Max: the claim goes on filling the request
+	// with other jobs.
 	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
 	// Renew extends every listed lease that is still current, in one
 	// transaction, and reports per token (renewed, lost, cancel requested).
@@ -57,7 +73,9 @@ type Store interface {
 	// the job's max attempts) and the injected random source: non-retryable
 	// → FAILED; retryable with budget left → QUEUED at now + backoff
 	// (RUN_FAILED event); attempts or retry deadline spent → DEAD (RUN_FAILED
-	// and DEAD events in the same transaction).
+	// and DEAD events in the same transaction). A job whose cancellation was
+	// requested is never queued again: where the decision is QUEUED it ends
+	// CANCELLED (RUN_FAILED then CANCELLED); FAILED and DEAD stand.
 	Retry(ctx context.Context, p RetryParams) (*Job, error)
 	// CancelByHolder ends the holder's attempt as CANCELLED (terminal).
 	CancelByHolder(ctx context.Context, p CancelByHolderParams) (*Job, error)

@@ -56,6 +56,16 @@ type JobError struct {
 	Retryable bool
 }
 
+// The error a Claim records (as the job's LastError and in its RUN_FAILED
+// event) when it dead-letters a job whose lease expired with no report and
+// whose budget is spent. No worker reported it; it is retryable because a
+// crashed or partitioned worker says nothing about the job itself. Both
+// engines use these strings so the evidence reads the same.
+const (
+	ErrorCodeLeaseExpired    = "LEASE_EXPIRED"
+	ErrorMessageLeaseExpired = "the lease expired with no report from the worker"
+)
+
 // Job is one durable unit of work.
 type Job struct {
 	Tenant   string

@@ -18,15 +18,20 @@ const claimLockClass = 0x4C48
 
 // Claim implements store.Store, in one transaction:
 //
-//  1. jobs of the queues whose cancellation was requested and whose lease
-//     expired unacknowledged become CANCELLED (attempt lease_expired, one
-//     CANCELLED event), so they never stay stuck;
+//  1. expired leases of the queues that must not be taken over are ended
+//     (endExpiredLeases): a job whose cancellation was requested becomes
+//     CANCELLED (attempt lease_expired, one CANCELLED event), and a job
+//     whose budget is spent (attempts >= max_attempts, or its retry
+//     deadline passed) becomes DEAD (attempt lease_expired, LEASE_EXPIRED,
+//     RUN_FAILED and DEAD events), so neither stays stuck nor is claimed
+//     forever;
 //  2. paused queues are dropped; each queue with a concurrency limit is
 //     locked (transaction advisory lock) and gets the share its unexpired
 //     leases leave;
 //  3. qClaim selects (FOR UPDATE SKIP LOCKED) and leases the jobs in one
-//     statement; a job whose lease expired is taken over at generation + 1,
-//     its old attempt closed as lease_expired with a LEASE_EXPIRED event;
+//     statement; a job whose lease expired (with budget left) is taken over
+//     at generation + 1, its old attempt closed as lease_expired with a
+//     LEASE_EXPIRED event;
 //  4. every claimed job gets its LEASED event and a running attempt row,
 //     and is returned with its latest checkpoint and effect ledger.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
@@ -66,7 +71,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]st
 	if err != nil {
 		return nil, err
 	}
-	if err := cancelExpiredRequested(ctx, tx, p.Tenant, queues, now); err != nil {
+	if err := endExpiredLeases(ctx, tx, p.Tenant, queues, now); err != nil {
 		return nil, err
 	}
 
@@ -208,18 +213,30 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]st
 	return out, nil
 }
 
-// cancelExpiredRequested terminalizes the cancel-requested jobs of queues
-// whose lease expired without the holder acknowledging the cancel.
-func cancelExpiredRequested(ctx context.Context, tx pgx.Tx, tenant string, queues []string, now time.Time) error {
-	rows, err := tx.Query(ctx, qCancelExpiredRequested, tenant, queues, now)
-	if err != nil {
-		return err
-	}
+// endExpiredLeases ends the expired leases of the queues that no claim may
+// take over, in the claim's transaction:
+//
+//   - a job whose cancellation was requested and whose holder let the lease
+//     expire without acknowledging becomes CANCELLED (one CANCELLED event);
+//   - a job whose holder let the lease expire with no report while its
+//     budget is spent becomes DEAD: LEASE_EXPIRED, then RUN_FAILED with
+//     store.ErrorCodeLeaseExpired, then DEAD, its last error set. This is
+//     what ends a poison pill whose worker crashes every time: it never
+//     reports, so only the claim can notice the budget is gone.
+//
+// Either way the expired attempt is closed as lease_expired. qClaim skips
+// both kinds, so a row left for a later claim (past the statements' LIMIT,
+// or locked by another claimer) is never leased meanwhile.
+func endExpiredLeases(ctx context.Context, tx pgx.Tx, tenant string, queues []string, now time.Time) error {
 	var (
 		evs  eventBatch
 		ids  []string
 		gens []int64
 	)
+	rows, err := tx.Query(ctx, qCancelExpiredRequested, tenant, queues, now)
+	if err != nil {
+		return err
+	}
 	for rows.Next() {
 		var id, owner, reason string
 		var gen, seq int64
@@ -232,6 +249,33 @@ func cancelExpiredRequested(ctx context.Context, tx pgx.Tx, tenant string, queue
 		evs.add(id, seq, event{typ: store.EventCancelled, data: map[string]any{
 			"reason": reason, "worker_id": owner, "lease_generation": gen, "lease_expired": true,
 		}})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
+	rows, err = tx.Query(ctx, qDeadLetterExpired, tenant, queues, now, expired.Code, expired.Message)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id, owner string
+		var gen, seq int64
+		var attempts, maxAttempts int32
+		if err := rows.Scan(&id, &owner, &gen, &seq, &attempts, &maxAttempts); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+		gens = append(gens, gen)
+		holder := store.LeaseToken{JobID: id, Generation: gen, WorkerID: owner}
+		runFailed := holderData(holder)
+		runFailed["attempt"] = attempts
+		evs.add(id, seq-2, event{typ: store.EventLeaseExpired, data: holderData(holder)})
+		evs.add(id, seq-1, event{typ: store.EventRunFailed, data: errorData(runFailed, expired)})
+		evs.add(id, seq, event{typ: store.EventDead, data: deadData(attempts, maxAttempts)})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil || len(ids) == 0 {

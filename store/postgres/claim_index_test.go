@@ -53,32 +53,44 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	}
 
 	// The arguments Claim passes for a claim of 10 from two queues.
-	rows, err := pool.Query(ctx, "EXPLAIN "+postgres.ClaimQuery,
+	explain := func(what, query string, args ...any) string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
+		if err != nil {
+			t.Fatalf("explain the %s: %v", what, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("explain the %s: %v", what, err)
+		}
+		text := strings.Join(plan, "\n")
+		t.Logf("%s plan:\n%s", what, text)
+		if strings.Contains(text, "Seq Scan on jobs") {
+			t.Fatalf("the %s scans the jobs table sequentially:\n%s", what, text)
+		}
+		return text
+	}
+	text := explain("claim query", postgres.ClaimQuery,
 		"t1", []string{"emails", "reports"}, []int32{10, 10},
 		[]int64{int64(30 * time.Second), int64(30 * time.Second)}, now, 10, "worker-1")
-	if err != nil {
-		t.Fatalf("explain the claim query: %v", err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("explain the claim query: %v", err)
-	}
-	text := strings.Join(plan, "\n")
-	t.Logf("claim plan:\n%s", text)
-	if strings.Contains(text, "Seq Scan on jobs") {
-		t.Fatalf("the claim query scans the jobs table sequentially:\n%s", text)
-	}
 	for _, idx := range []string{"jobs_claim_idx", "jobs_lease_expiry_idx"} {
 		if !strings.Contains(text, idx) {
 			t.Errorf("the claim query does not use %s:\n%s", idx, text)
 		}
+	}
+	// Every claim also looks for expired leases with a spent budget; that
+	// look walks the lease-expiry index too, never the table.
+	text = explain("dead-letter query", postgres.DeadLetterExpiredQuery,
+		"t1", []string{"emails", "reports"}, now, store.ErrorCodeLeaseExpired, store.ErrorMessageLeaseExpired)
+	if !strings.Contains(text, "jobs_lease_expiry_idx") {
+		t.Errorf("the dead-letter query does not use jobs_lease_expiry_idx:\n%s", text)
 	}
 
 	// And the claim itself hands out the highest priority, oldest jobs.

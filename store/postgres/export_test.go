@@ -20,8 +20,11 @@ func Pool(s *Store) *pgxpool.Pool { return s.pool }
 // listener connection has issued LISTEN. Call it before SubscribeJobs.
 func SetOnListen(s *Store, fn func(pid uint32)) { s.onListen = fn }
 
-// The exact claim statement Claim runs, for EXPLAIN.
-const ClaimQuery = qClaim
+// The exact statements Claim runs, for EXPLAIN.
+const (
+	ClaimQuery             = qClaim
+	DeadLetterExpiredQuery = qDeadLetterExpired
+)
 
 // Cursor codec.
 var (

@@ -109,13 +109,14 @@ func attemptData(tok store.LeaseToken, job *store.Job) map[string]any {
 	return data
 }
 
-// deadData says why a job is dead.
-func deadData(job *store.Job) map[string]any {
+// deadData says why a job is dead: with attempts left, it was the retry
+// deadline.
+func deadData(attempts, maxAttempts int32) map[string]any {
 	reason := "attempts exhausted"
-	if job.Attempts < job.MaxAttempts {
+	if attempts < maxAttempts {
 		reason = "retry deadline exceeded"
 	}
-	return map[string]any{"reason": reason, "attempts": job.Attempts, "max_attempts": job.MaxAttempts}
+	return map[string]any{"reason": reason, "attempts": attempts, "max_attempts": maxAttempts}
 }
 
 func validateLeaseCall(tenant string, tok store.LeaseToken) error {
@@ -233,7 +234,7 @@ func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, err
 		default: // dead
 			l.events = []event{
 				{typ: store.EventRunFailed, data: runFailed},
-				{typ: store.EventDead, data: deadData(job)},
+				{typ: store.EventDead, data: deadData(job.Attempts, job.MaxAttempts)},
 			}
 		}
 		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, now, l)

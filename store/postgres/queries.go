@@ -135,11 +135,37 @@ const (
 	WHERE j.tenant = c.tenant AND j.id = c.id
 	RETURNING j.id, j.lease_owner, j.lease_generation, j.last_event_seq, j.cancel_reason`
 
+	// qDeadLetterExpired ends, as DEAD, the jobs of the queues whose lease
+	// expired with no report while their budget is spent (attempts >=
+	// max_attempts, or the retry deadline passed): a worker that crashes
+	// on a job every time never reports, so no Retry would ever end it and
+	// it would be claimed forever. The caller appends the three events
+	// whose sequences this reserves (LEASE_EXPIRED, RUN_FAILED, DEAD).
+	// Cancel-requested jobs are qCancelExpiredRequested's. $4/$5 are the
+	// last error's code and message.
+	qDeadLetterExpired = `UPDATE jobs j
+	SET state = 'dead', finished_at = $3, lease_expires_at = NULL,
+	    last_error_code = $4, last_error_message = $5, last_error_retryable = true,
+	    last_event_seq = j.last_event_seq + 3
+	FROM (
+		SELECT tenant, id FROM jobs
+		WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased'
+		  AND NOT cancel_requested AND lease_expires_at <= $3
+		  AND (attempts >= max_attempts OR retry_deadline < $3)
+		ORDER BY lease_expires_at
+		LIMIT 1000
+		FOR UPDATE SKIP LOCKED
+	) d
+	WHERE j.tenant = d.tenant AND j.id = d.id
+	RETURNING j.id, j.lease_owner, j.lease_generation, j.last_event_seq, j.attempts, j.max_attempts`
+
 	// qClaim selects and leases in one statement. For every queue
 	// ($2 names, $3 how many jobs it may still take, $4 its lease in
 	// nanoseconds) it walks the claim index (queued and available) and the
-	// lease-expiry index (leased and expired) in order, LIMIT-bounded, so a
-	// claim is O(log n) per queue whatever the table size. Rows another
+	// lease-expiry index (leased and expired, with budget left: a spent
+	// one is never taken over, see qDeadLetterExpired) in order,
+	// LIMIT-bounded, so a claim is O(log n) per queue whatever the table
+	// size. Rows another
 	// claimer holds are skipped, not waited for. The candidates are merged
 	// in claim order (priority desc, available_at, id), each queue capped
 	// at its share, cut to $6 jobs, and leased: generation + 1, attempts +
@@ -166,6 +192,7 @@ const (
 			FROM jobs j
 			WHERE j.tenant = $1 AND j.queue = q.queue AND j.state = 'leased'
 			  AND j.lease_expires_at <= $5 AND NOT j.cancel_requested
+			  AND j.attempts < j.max_attempts AND (j.retry_deadline IS NULL OR j.retry_deadline >= $5)
 			ORDER BY j.lease_expires_at
 			LIMIT q.cap
 			FOR UPDATE SKIP LOCKED

@@ -15,9 +15,9 @@ import (
 
 // Claim implements store.Store.
 //
-// It runs in one write transaction: first the cancel-requested jobs of the
-// queues whose lease expired are finished as CANCELLED (they can never be
-// claimed, so this is where they stop being stuck); then qClaim leases
+// It runs in one write transaction: first the expired leases of the queues
+// that no claim may take over are ended (endExpiredLeases: cancel-requested
+// jobs as CANCELLED, jobs whose budget is spent as DEAD); then qClaim leases
 // jobs in claim order. A queue with a concurrency limit gets at most its
 // remaining room: the claim statement is repeated with a LIMIT no larger than
 // the smallest room among the queues still open, so the global order
@@ -36,7 +36,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 		claimed = nil
 		now := s.clock(p.Now)
 		allJSON, _ := json.Marshal(queues)
-		if err := s.cancelAbandonedLeases(ctx, tx, p.Tenant, string(allJSON), now); err != nil {
+		if err := endExpiredLeases(ctx, tx, p.Tenant, string(allJSON), now); err != nil {
 			return err
 		}
 
@@ -172,9 +172,20 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 	return claimed, nil
 }
 
-// cancelAbandonedLeases finishes, as CANCELLED, the jobs of the queues whose
-// holder was asked to cancel and whose lease then expired.
-func (s *Store) cancelAbandonedLeases(ctx context.Context, tx *writeTx, tenant, queuesJSON string, now time.Time) error {
+// endExpiredLeases ends the expired leases of the queues (a JSON array) that
+// no claim may take over, in the claim's transaction:
+//
+//   - a job whose holder was asked to cancel and let the lease expire
+//     without acknowledging becomes CANCELLED (one cancelled event);
+//   - a job whose holder let the lease expire with no report while its
+//     budget is spent becomes DEAD: lease_expired, then run_failed with
+//     store.ErrorCodeLeaseExpired, then dead, its last error set. This is
+//     what ends a poison pill whose worker crashes every time: it never
+//     reports, so only the claim can notice the budget is gone.
+//
+// Either way the expired attempt is closed as lease_expired. The claim
+// statement skips both kinds as well.
+func endExpiredLeases(ctx context.Context, tx *writeTx, tenant, queuesJSON string, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, qCancelExpiredRequested, tenant, micros(now), queuesJSON)
 	if err != nil {
 		return fmt.Errorf("cancel expired leases: %w", err)
@@ -184,14 +195,14 @@ func (s *Store) cancelAbandonedLeases(ctx context.Context, tx *writeTx, tenant, 
 		generation        int64
 		attempts          int32
 	}
-	var victims []victim
+	var cancelled []victim
 	for rows.Next() {
 		var v victim
 		if err := rows.Scan(&v.id, &v.generation, &v.owner, &v.reason, &v.attempts); err != nil {
 			rows.Close()
 			return fmt.Errorf("cancel expired leases: %w", err)
 		}
-		victims = append(victims, v)
+		cancelled = append(cancelled, v)
 	}
 	if err := rows.Close(); err != nil {
 		return err
@@ -199,7 +210,7 @@ func (s *Store) cancelAbandonedLeases(ctx context.Context, tx *writeTx, tenant, 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, v := range victims {
+	for _, v := range cancelled {
 		if err := finishAttemptTx(ctx, tx, tenant, v.id, v.generation, store.AttemptLeaseExpired, now, nil); err != nil {
 			return err
 		}
@@ -208,7 +219,62 @@ func (s *Store) cancelAbandonedLeases(ctx context.Context, tx *writeTx, tenant, 
 			return err
 		}
 	}
+
+	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
+	rows, err = tx.QueryContext(ctx, qDeadLetterExpired, tenant, micros(now), queuesJSON, expired.Code, expired.Message)
+	if err != nil {
+		return fmt.Errorf("dead-letter expired leases: %w", err)
+	}
+	type spent struct {
+		id, owner             string
+		generation            int64
+		attempts, maxAttempts int32
+	}
+	var dead []spent
+	for rows.Next() {
+		var v spent
+		if err := rows.Scan(&v.id, &v.generation, &v.owner, &v.attempts, &v.maxAttempts); err != nil {
+			rows.Close()
+			return fmt.Errorf("dead-letter expired leases: %w", err)
+		}
+		dead = append(dead, v)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, v := range dead {
+		if err := finishAttemptTx(ctx, tx, tenant, v.id, v.generation, store.AttemptLeaseExpired, now, nil); err != nil {
+			return err
+		}
+		events := []struct {
+			typ  store.EventType
+			data string
+		}{
+			{store.EventLeaseExpired, eventData("worker_id", v.owner, "lease_generation", v.generation)},
+			{store.EventRunFailed, eventData("worker_id", v.owner, "lease_generation", v.generation, "attempt", v.attempts,
+				"error_code", expired.Code, "error_message", expired.Message, "retryable", expired.Retryable)},
+			{store.EventDead, deadData(v.attempts, v.maxAttempts)},
+		}
+		for _, ev := range events {
+			if _, err := appendEvent(ctx, tx, tenant, v.id, ev.typ, now, ev.data); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// deadData is the data of a dead event: with attempts left, it was the
+// retry deadline that ended the job.
+func deadData(attempts, maxAttempts int32) string {
+	reason := "attempts exhausted"
+	if attempts < maxAttempts {
+		reason = "retry deadline exceeded"
+	}
+	return eventData("reason", reason, "attempts", attempts, "max_attempts", maxAttempts)
 }
 
 // finishAttemptTx closes the running attempt row of a generation.
@@ -445,12 +511,7 @@ func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, err
 			if _, err := appendEvent(ctx, tx, p.Tenant, p.Token.JobID, store.EventRunFailed, now, eventData(base...)); err != nil {
 				return err
 			}
-			reason := "attempts exhausted"
-			if h.attempts < h.maxAttempts {
-				reason = "retry deadline exceeded"
-			}
-			data := eventData("reason", reason, "attempts", h.attempts, "max_attempts", h.maxAttempts)
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.Token.JobID, store.EventDead, now, data); err != nil {
+			if _, err := appendEvent(ctx, tx, p.Tenant, p.Token.JobID, store.EventDead, now, deadData(h.attempts, h.maxAttempts)); err != nil {
 				return err
 			}
 		default:

@@ -114,6 +114,23 @@ WHERE tenant = ?1
   AND state = 'leased' AND cancel_requested = 1 AND lease_expires_at <= ?2
 RETURNING id, lease_generation, lease_owner, cancel_reason, attempts`
 
+// qDeadLetterExpired ends, as DEAD, the jobs of the queues (?3, a JSON
+// array) whose lease expired with no report while their budget is spent
+// (attempts >= max_attempts, or the retry deadline passed): a worker that
+// crashes on a job every time never reports, so no Retry would ever end it
+// and it would be claimed forever. ?4/?5 are the last error's code and
+// message. Cancel-requested jobs are qCancelExpiredRequested's. The leases
+// are walked by expiry like the claim's takeover branch.
+const qDeadLetterExpired = `
+UPDATE jobs INDEXED BY jobs_leased_idx
+SET state = 'dead', finished_at = ?2, lease_expires_at = NULL,
+    last_error_code = ?4, last_error_message = ?5, last_error_retryable = 1
+WHERE tenant = ?1
+  AND queue IN (SELECT value FROM json_each(?3))
+  AND state = 'leased' AND lease_expires_at <= ?2 AND cancel_requested = 0
+  AND (attempts >= max_attempts OR retry_deadline < ?2)
+RETURNING id, lease_generation, lease_owner, attempts, max_attempts`
+
 // qClaim leases up to ?4 claimable jobs of the queues in ?3 (a JSON array)
 // to worker ?5, in claim order, in one statement: the selection and the
 // state change cannot be separated. ?6 is a JSON object queue → lease
@@ -122,7 +139,8 @@ RETURNING id, lease_generation, lease_owner, cancel_reason, attempts`
 // Candidates come from two indexes, each walked only over claimable rows:
 // QUEUED jobs from jobs_claim_idx (in claim order, so for one queue the walk
 // stops after LIMIT rows) and expired leases from jobs_leased_idx (a range
-// up to now). Walking one index over both states would step over every
+// up to now; a lease whose budget is spent is never taken over, see
+// qDeadLetterExpired). Walking one index over both states would step over every
 // live lease of the queue on each claim. Each branch repeats its partial
 // index's predicate verbatim, which SQLite requires before it uses a partial
 // index, and INDEXED BY turns a plan without the index into an error rather
@@ -161,6 +179,7 @@ const claimQueued = `
 const claimTail = `
           AND state = 'leased'
           AND lease_expires_at <= ?2 AND cancel_requested = 0
+          AND attempts < max_attempts AND (retry_deadline IS NULL OR retry_deadline >= ?2)
         ORDER BY priority DESC, available_at, id
         LIMIT ?4))
     ORDER BY priority DESC, available_at, id
@@ -400,7 +419,7 @@ DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
 var statements = []string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
-	qActiveLeases, qCancelExpiredRequested, qClaim, qClaimOneQueue,
+	qActiveLeases, qCancelExpiredRequested, qDeadLetterExpired, qClaim, qClaimOneQueue,
 	qExpireAttempt, qInsertAttempt, qCloseAttempt, qLockLease, qRenew, qComplete,
 	qRetryQueued, qRetryFinal, qCancelLeased, qRelease, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,

@@ -19,6 +19,8 @@ func cancelTests() group {
 		{"cancel by the holder racing complete has exactly one winner", testRaceHolderCancelComplete},
 		{"a client cancel racing complete leaves exactly one terminal event", testRaceRequestCancelComplete},
 		{"a client cancel of a queued job racing a claim has exactly one winner", testRaceRequestCancelClaim},
+		{"the next claim ends a cancel-requested job whose lease expired unacknowledged", testCancelRequestedLeaseExpires},
+		{"a retryable failure of a cancel-requested job ends it cancelled, not queued", testRetryCancelRequested},
 	}}
 }
 
@@ -280,4 +282,119 @@ func testRaceRequestCancelClaim(t *testing.T, h Harness) {
 		}
 	}
 	t.Logf("winners over %d rounds: %v", raceRounds, wins)
+}
+
+func testCancelRequestedLeaseExpires(t *testing.T, h Harness) {
+	e := setup(t, h)
+	j := e.mustCreate(tenantA, spec("default"), base)
+	a := e.mustClaim(tenantA, workerA, "default", j.ID, at(time.Second)) // expires at 31s
+	if _, err := e.requestCancel(e.s, tenantA, j.ID, at(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// While the lease runs the holder may still acknowledge: a claim leaves
+	// the job alone, and so does another tenant's claim after expiry.
+	e.claimNothing(tenantA, "default", at(30*time.Second), "the cancel-requested lease runs until 31s")
+	if got := e.claim(tenantB, workerB, "default", 10, lease, at(31*time.Second)); len(got) != 0 {
+		t.Fatalf("tenant B claimed %d jobs from its empty queue", len(got))
+	}
+	if got := e.get(tenantA, j.ID); got.State != store.JobStateLeased || !got.CancelRequested || got.LeaseGeneration != 1 {
+		t.Fatalf("before the lease expired the job is %s (cancel requested %v, generation %d), want leased", got.State, got.CancelRequested, got.LeaseGeneration)
+	}
+
+	// The holder never acknowledged: the claim at expiry ends the job.
+	e.claimNothing(tenantA, "default", at(31*time.Second), "a cancel-requested job is never claimed")
+	got := e.get(tenantA, j.ID)
+	if got.State != store.JobStateCancelled || !got.CancelRequested || !got.LeaseExpiresAt.IsZero() ||
+		got.LeaseGeneration != 1 || got.LeaseOwner != workerA || got.Attempts != 1 {
+		t.Fatalf("after the claim the job is %s (cancel requested %v, lease expiry %v, generation %d, owner %q, attempts %d); want cancelled, generation 1 of %s, 1 attempt",
+			got.State, got.CancelRequested, got.LeaseExpiresAt, got.LeaseGeneration, got.LeaseOwner, got.Attempts, workerA)
+	}
+	wantTime(t, "finished_at", got.FinishedAt, at(31*time.Second))
+	evs := e.events(tenantA, j.ID)
+	wantEvents(t, evs, store.EventQueued, store.EventLeased, store.EventCancelRequested, store.EventCancelled)
+	wantData(t, evs[3], map[string]any{"reason": "customer asked", "worker_id": workerA, "lease_generation": float64(1), "lease_expired": true})
+	wantTime(t, "cancelled event time", evs[3].Time, at(31*time.Second))
+	as := e.attempts(tenantA, j.ID)
+	if len(as) != 1 || as[0].Outcome != store.AttemptLeaseExpired || as[0].WorkerID != workerA || as[0].LeaseGeneration != 1 {
+		t.Fatalf("attempt history %+v, want A's one attempt ended lease_expired", as)
+	}
+	wantTime(t, "attempt finished_at", as[0].FinishedAt, at(31*time.Second))
+
+	// The holder that let the lease expire is fenced; its late
+	// acknowledgement is not mistaken for a repeat of its own report.
+	wantAllLost(t, "A after its cancel-requested lease expired", e.leaseBoundCalls(e.s, tenantA, a.Token, at(32*time.Second)))
+	e.claimNothing(tenantA, "default", at(time.Hour), "the job was cancelled")
+	_, err := e.requestCancel(e.s, tenantA, j.ID, at(time.Hour))
+	wantErr(t, err, store.ErrAlreadyFinal, "cancel after the claim ended the job")
+	if after := e.events(tenantA, j.ID); len(after) != len(evs) {
+		t.Fatalf("calls after the job ended added events: %v", eventTypes(after))
+	}
+}
+
+func testRetryCancelRequested(t *testing.T, h Harness) {
+	e := setup(t, h)
+	e.setPolicy(tenantA, store.QueuePolicy{Queue: "q", Retry: store.RetryPolicy{MaxAttempts: 5, InitialDelay: time.Second, MaxDelay: time.Second, Multiplier: 1}})
+	j := e.mustCreate(tenantA, spec("q"), base)
+	c := e.mustClaim(tenantA, workerA, "q", j.ID, at(time.Second))
+	if _, err := e.requestCancel(e.s, tenantA, j.ID, at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Budget left and a retryable error would queue the job again, where no
+	// claim would ever take it: it ends CANCELLED instead.
+	got := e.retry(tenantA, c.Token, errTransient, 0, at(3*time.Second))
+	for _, g := range []*store.Job{got, e.get(tenantA, j.ID)} {
+		if g.State != store.JobStateCancelled || g.Attempts != 1 || !g.LeaseExpiresAt.IsZero() || g.LastError == nil || *g.LastError != errTransient {
+			t.Fatalf("retried cancel-requested job is %s, attempts %d, lease expiry %v, last error %+v; want cancelled, 1, none, %+v",
+				g.State, g.Attempts, g.LeaseExpiresAt, g.LastError, errTransient)
+		}
+		wantTime(t, "finished_at", g.FinishedAt, at(3*time.Second))
+	}
+	evs := e.events(tenantA, j.ID)
+	wantEvents(t, evs, store.EventQueued, store.EventLeased, store.EventCancelRequested, store.EventRunFailed, store.EventCancelled)
+	wantData(t, evs[3], map[string]any{
+		"worker_id": workerA, "lease_generation": float64(1), "attempt": float64(1),
+		"error_code": errTransient.Code, "error_message": errTransient.Message, "retryable": true,
+	})
+	wantData(t, evs[4], map[string]any{"reason": "customer asked", "worker_id": workerA, "lease_generation": float64(1), "by": "retry"})
+	as := e.attempts(tenantA, j.ID)
+	if len(as) != 1 || as[0].Outcome != store.AttemptFailed || as[0].Error == nil || *as[0].Error != errTransient {
+		t.Fatalf("attempt history %+v, want one failed attempt with %+v", as, errTransient)
+	}
+	e.claimNothing(tenantA, "q", at(time.Hour), "the job was cancelled")
+	_, err := e.requestCancel(e.s, tenantA, j.ID, at(time.Hour))
+	wantErr(t, err, store.ErrAlreadyFinal, "cancel after the retry cancelled the job")
+	// The lost-response replay of the report answers the same, adding nothing.
+	again, err := e.s.Retry(e.ctx, store.RetryParams{Tenant: tenantA, Token: c.Token, Error: errTransient, Now: at(4 * time.Second)})
+	if err != nil || again.State != store.JobStateCancelled {
+		t.Fatalf("repeating the retry: %+v, %v; want the cancelled job", again, err)
+	}
+	if after := e.events(tenantA, j.ID); len(after) != len(evs) {
+		t.Fatalf("repeating the retry added events: %v", eventTypes(after))
+	}
+
+	// The cancel replaces only a requeue: a non-retryable error still ends
+	// FAILED, and a spent budget still ends DEAD.
+	for _, tc := range []struct {
+		queue    string
+		max      int32
+		err      store.JobError
+		want     store.JobState
+		terminal []store.EventType
+	}{
+		{"nonretryable", 5, store.JobError{Code: "invalid_card", Message: "bad card"}, store.JobStateFailed, []store.EventType{store.EventFailed}},
+		{"spent", 1, errTransient, store.JobStateDead, []store.EventType{store.EventRunFailed, store.EventDead}},
+	} {
+		sp := spec(tc.queue)
+		sp.MaxAttempts = tc.max
+		j := e.mustCreate(tenantA, sp, base)
+		c := e.mustClaim(tenantA, workerA, tc.queue, j.ID, at(time.Second))
+		if _, err := e.requestCancel(e.s, tenantA, j.ID, at(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.retry(tenantA, c.Token, tc.err, 0, at(3*time.Second)); got.State != tc.want {
+			t.Errorf("%s: a cancel-requested job failed with %+v ended %s, want %s", tc.queue, tc.err, got.State, tc.want)
+		}
+		want := append([]store.EventType{store.EventQueued, store.EventLeased, store.EventCancelRequested}, tc.terminal...)
+		wantEvents(t, e.events(tenantA, j.ID), want...)
+	}
 }

@@ -19,6 +19,9 @@ func deadLetterTests() group {
 		{"abandon and replay exclude each other", testAbandonReplayExclusive},
 		{"dead-letter operations refuse a job that is not dead", testDeadLetterNotDead},
 		{"listing dead jobs pages newest first and hides abandoned ones unless asked", testListDeadJobs},
+		{"a job whose leases keep expiring ends DEAD at the claim after its last attempt", testCrashLoopDeadLetters},
+		{"a claim that dead-letters an expired lease still fills its request with other jobs", testClaimFillsPastDeadLetters},
+		{"a lease that expires past the retry deadline ends the job DEAD at the next claim", testCrashLoopRetryDeadline},
 	}}
 }
 
@@ -246,4 +249,196 @@ func testListDeadJobs(t *testing.T, h Harness) {
 			t.Fatalf("listed dead job %+v", dj)
 		}
 	}
+}
+
+// errLeaseExpired is the last error of a job a claim dead-lettered.
+var errLeaseExpired = store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
+
+// wantLeaseExpiredDead checks a job a claim at now dead-lettered after its
+// lease of generation gen, held by worker, expired with no report: DEAD,
+// lease cleared, LEASE_EXPIRED as its last error, its history ending in
+// LEASE_EXPIRED, RUN_FAILED and DEAD (the only terminal event) at now, and
+// its last attempt closed as lease_expired. It returns the events.
+func (e *env) wantLeaseExpiredDead(jobID, worker string, gen int64, attempts, maxAttempts int32, reason string, now time.Time) []store.Event {
+	t := e.t
+	t.Helper()
+	got := e.get(tenantA, jobID)
+	if got.State != store.JobStateDead || got.Attempts != attempts || got.MaxAttempts != maxAttempts ||
+		got.LeaseGeneration != gen || got.LeaseOwner != worker || !got.LeaseExpiresAt.IsZero() {
+		t.Fatalf("dead-lettered job is %s, attempts %d/%d, generation %d, owner %q, lease expiry %v; want dead, %d/%d, %d, %q, none",
+			got.State, got.Attempts, got.MaxAttempts, got.LeaseGeneration, got.LeaseOwner, got.LeaseExpiresAt, attempts, maxAttempts, gen, worker)
+	}
+	wantTime(t, "finished_at", got.FinishedAt, now)
+	if got.LastError == nil || *got.LastError != errLeaseExpired {
+		t.Errorf("last error %+v, want %+v", got.LastError, errLeaseExpired)
+	}
+	evs := e.events(tenantA, jobID)
+	if n := terminalEvents(evs); n != 1 {
+		t.Fatalf("%d terminal events, want exactly one: %v", n, eventTypes(evs))
+	}
+	n := len(evs)
+	if n < 4 || evs[n-3].Type != store.EventLeaseExpired || evs[n-2].Type != store.EventRunFailed || evs[n-1].Type != store.EventDead {
+		t.Fatalf("events %v, want them to end with lease_expired, run_failed, dead", eventTypes(evs))
+	}
+	holder := map[string]any{"worker_id": worker, "lease_generation": float64(gen)}
+	wantData(t, evs[n-3], holder)
+	wantData(t, evs[n-2], map[string]any{
+		"worker_id": worker, "lease_generation": float64(gen), "attempt": float64(attempts),
+		"error_code": errLeaseExpired.Code, "error_message": errLeaseExpired.Message, "retryable": true,
+	})
+	wantData(t, evs[n-1], map[string]any{"reason": reason, "attempts": float64(attempts), "max_attempts": float64(maxAttempts)})
+	for _, ev := range evs[n-3:] {
+		wantTime(t, string(ev.Type)+" event time", ev.Time, now)
+	}
+	as := e.attempts(tenantA, jobID)
+	if len(as) != int(attempts) {
+		t.Fatalf("%d attempt rows, want %d: %+v", len(as), attempts, as)
+	}
+	last := as[len(as)-1]
+	if last.LeaseGeneration != gen || last.WorkerID != worker || last.Outcome != store.AttemptLeaseExpired {
+		t.Errorf("last attempt %+v, want generation %d of %s ended lease_expired", last, gen, worker)
+	}
+	wantTime(t, "last attempt's finished_at", last.FinishedAt, now)
+	return evs
+}
+
+// listDead returns the ids of the tenant's dead jobs in queue.
+func (e *env) listDead(tenant, queue string) []string {
+	e.t.Helper()
+	page, err := e.s.ListDeadJobs(e.ctx, store.ListDeadJobsParams{Tenant: tenant, Queue: queue, Limit: 100})
+	if err != nil {
+		e.t.Fatalf("list dead jobs of %q: %v", queue, err)
+	}
+	var ids []string
+	for _, dj := range page.DeadJobs {
+		ids = append(ids, dj.Job.ID)
+	}
+	return ids
+}
+
+// testCrashLoopDeadLetters is the poison pill: a job whose worker crashes
+// every time never reports, so no Retry ever spends its budget. The claim
+// that finds its last lease expired must dead-letter it instead of leasing
+// it again, or it would be claimed forever.
+func testCrashLoopDeadLetters(t *testing.T, h Harness) {
+	e := setup(t, h)
+	sp := spec("poison")
+	sp.MaxAttempts = 2
+	j := e.mustCreate(tenantA, sp, base)
+	a := e.mustClaim(tenantA, workerA, "poison", j.ID, at(time.Second))    // expires at 31s
+	b := e.mustClaim(tenantA, workerB, "poison", j.ID, at(40*time.Second)) // takeover, expires at 70s
+	if b.Token.Generation != 2 || b.Job.Attempts != 2 {
+		t.Fatalf("the takeover with budget left: generation %d, attempts %d; want 2, 2", b.Token.Generation, b.Job.Attempts)
+	}
+
+	// While the last lease runs, its holder may still report.
+	e.claimNothing(tenantA, "poison", at(69*time.Second), "the second lease runs until 70s")
+	// Another tenant's claim on a queue of the same name never touches it.
+	if got := e.claim(tenantB, workerC, "poison", 10, lease, at(70*time.Second)); len(got) != 0 {
+		t.Fatalf("tenant B claimed %d jobs from its empty queue", len(got))
+	}
+	if got := e.get(tenantA, j.ID); got.State != store.JobStateLeased || got.LeaseGeneration != 2 {
+		t.Fatalf("before tenant A's next claim the job is %s at generation %d, want leased at 2", got.State, got.LeaseGeneration)
+	}
+
+	// Both attempts are spent: the claim at the second expiry ends the job.
+	if got := e.claim(tenantA, workerC, "poison", 10, lease, at(70*time.Second)); len(got) != 0 {
+		t.Fatalf("a job with attempts 2 of 2 and an expired lease was claimed again: generation %d, attempts %d", got[0].Token.Generation, got[0].Job.Attempts)
+	}
+	evs := e.wantLeaseExpiredDead(j.ID, workerB, 2, 2, 2, "attempts exhausted", at(70*time.Second))
+	wantEvents(t, evs, store.EventQueued,
+		store.EventLeased, store.EventLeaseExpired,
+		store.EventLeased, store.EventLeaseExpired, store.EventRunFailed, store.EventDead)
+	if as := e.attempts(tenantA, j.ID); as[0].Outcome != store.AttemptLeaseExpired || as[0].WorkerID != workerA {
+		t.Errorf("first attempt %+v, want A's, ended lease_expired", as[0])
+	}
+
+	// It is in the dead-letter queue with its evidence.
+	if ids := e.listDead(tenantA, "poison"); !slices.Equal(ids, []string{j.ID}) {
+		t.Fatalf("dead jobs of poison: %v, want [%s]", ids, j.ID)
+	}
+	dj, err := e.s.GetDeadJob(e.ctx, tenantA, j.ID)
+	if err != nil || len(dj.Attempts) != 2 || dj.Job.LastError == nil || dj.Job.LastError.Code != store.ErrorCodeLeaseExpired {
+		t.Fatalf("dead job evidence: %+v, %v", dj, err)
+	}
+
+	// The crashed holders are fenced, and nothing brings the job back.
+	wantAllLost(t, "A after the job died", e.leaseBoundCalls(e.s, tenantA, a.Token, at(71*time.Second)))
+	wantAllLost(t, "B after the job died", e.leaseBoundCalls(e.s, tenantA, b.Token, at(71*time.Second)))
+	e.claimNothing(tenantA, "poison", at(24*time.Hour), "the job is dead")
+	if after := e.events(tenantA, j.ID); len(after) != len(evs) {
+		t.Fatalf("calls after the job died added events: %v", eventTypes(after))
+	}
+	if got := e.get(tenantA, j.ID); got.State != store.JobStateDead || got.Attempts != 2 {
+		t.Fatalf("after the fenced reports the job is %s with %d attempts", got.State, got.Attempts)
+	}
+}
+
+func testClaimFillsPastDeadLetters(t *testing.T, h Harness) {
+	e := setup(t, h)
+	poison := spec("mixed")
+	poison.MaxAttempts = 1
+	poison.Priority = 9
+	p := e.mustCreate(tenantA, poison, base)
+	healthy := spec("mixed")
+	healthy.MaxAttempts = 3
+	healthy.Priority = 5
+	hj := e.mustCreate(tenantA, healthy, base)
+	side := spec("side")
+	side.MaxAttempts = 1
+	sj := e.mustCreate(tenantA, side, base)
+	if got := e.claim(tenantA, workerA, "mixed", 2, lease, at(time.Second)); len(got) != 2 {
+		t.Fatalf("first claim from mixed returned %d jobs, want 2", len(got))
+	}
+	e.mustClaim(tenantA, workerA, "side", sj.ID, at(time.Second))
+	other := e.mustCreate(tenantA, spec("mixed"), at(2*time.Second))
+
+	// At 40s every lease has expired. The poison jobs (budget spent) take no
+	// slot: the two slots go to the healthy takeover and the queued job.
+	got, err := e.s.Claim(e.ctx, store.ClaimParams{
+		Tenant: tenantA, Worker: workerB, Queues: []string{"mixed", "side"}, Max: 2, LeaseDuration: lease, Now: at(40 * time.Second),
+	})
+	if err != nil {
+		t.Fatalf("claim from mixed and side: %v", err)
+	}
+	ids := make([]string, len(got))
+	for i, c := range got {
+		ids[i] = c.Job.ID
+	}
+	if want := []string{hj.ID, other.ID}; !slices.Equal(ids, want) {
+		t.Fatalf("claim returned %v, want the healthy takeover then the queued job %v (poison jobs %s, %s)", ids, want, p.ID, sj.ID)
+	}
+	if got[0].Token.Generation != 2 || got[0].Job.Attempts != 2 {
+		t.Errorf("healthy takeover: generation %d, attempts %d; want 2, 2", got[0].Token.Generation, got[0].Job.Attempts)
+	}
+	wantEvents(t, e.events(tenantA, hj.ID), store.EventQueued, store.EventLeased, store.EventLeaseExpired, store.EventLeased)
+	for _, id := range []string{p.ID, sj.ID} {
+		wantEvents(t, e.wantLeaseExpiredDead(id, workerA, 1, 1, 1, "attempts exhausted", at(40*time.Second)),
+			store.EventQueued, store.EventLeased, store.EventLeaseExpired, store.EventRunFailed, store.EventDead)
+	}
+	if ids := e.listDead(tenantA, ""); len(ids) != 2 || !slices.Contains(ids, p.ID) || !slices.Contains(ids, sj.ID) {
+		t.Fatalf("dead jobs %v, want %s and %s", ids, p.ID, sj.ID)
+	}
+}
+
+func testCrashLoopRetryDeadline(t *testing.T, h Harness) {
+	e := setup(t, h)
+	e.setPolicy(tenantA, store.QueuePolicy{Queue: "q", Retry: store.RetryPolicy{MaxAttempts: 100, TotalRetryDeadline: time.Minute}})
+	j := e.mustCreate(tenantA, spec("q"), base)
+	wantTime(t, "retry deadline", j.RetryDeadline, at(time.Minute))
+	e.mustClaim(tenantA, workerA, "q", j.ID, at(time.Second)) // expires at 31s
+	// An attempt may still start at the deadline itself, as after a Retry
+	// (the next run must not be after it).
+	b := e.mustClaim(tenantA, workerB, "q", j.ID, at(time.Minute)) // expires at 90s
+	if b.Token.Generation != 2 {
+		t.Fatalf("the takeover at the deadline: generation %d, want 2", b.Token.Generation)
+	}
+	// Its lease expires past the deadline: the job ends with 98 attempts
+	// unspent.
+	e.claimNothing(tenantA, "q", at(90*time.Second), "the retry deadline has passed")
+	e.wantLeaseExpiredDead(j.ID, workerB, 2, 2, 100, "retry deadline exceeded", at(90*time.Second))
+	if ids := e.listDead(tenantA, "q"); !slices.Equal(ids, []string{j.ID}) {
+		t.Fatalf("dead jobs of q: %v, want [%s]", ids, j.ID)
+	}
+	e.claimNothing(tenantA, "q", at(24*time.Hour), "the job is dead")
 }

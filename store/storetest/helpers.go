@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -462,3 +463,25 @@ type barrier chan struct{}
 func (b barrier) wait() { <-b }
 
 func (b barrier) open() { close(b) }
+
+// eventData decodes an event's JSON data. Numbers come back as float64.
+func eventData(t *testing.T, ev store.Event) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+		t.Fatalf("event %d (%s) of %s has data %q that is not a JSON object: %v", ev.Sequence, ev.Type, ev.JobID, ev.Data, err)
+	}
+	return m
+}
+
+// wantData fails unless the event's data has every key of want with that
+// value (numbers as float64). Other keys are allowed.
+func wantData(t *testing.T, ev store.Event, want map[string]any) {
+	t.Helper()
+	got := eventData(t, ev)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("event %d (%s): data[%q] = %#v, want %#v (data %s)", ev.Sequence, ev.Type, k, got[k], v, ev.Data)
+		}
+	}
+}
