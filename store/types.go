@@ -216,6 +216,26 @@ type QueueStats struct {
 	Paused    bool
 }
 
+// Add counts n jobs of a queue in state (available of them claimable now,
+// for queued jobs). Engines use it to fold a GROUP BY state result.
+func (st *QueueStats) Add(state JobState, n, available int64) {
+	switch state {
+	case JobStateQueued:
+		st.Queued += n
+		st.Available += available
+	case JobStateLeased:
+		st.Leased += n
+	case JobStateSucceeded:
+		st.Succeeded += n
+	case JobStateFailed:
+		st.Failed += n
+	case JobStateCancelled:
+		st.Cancelled += n
+	case JobStateDead:
+		st.Dead += n
+	}
+}
+
 // QueueSummary is a queue's effective policy and its stats.
 type QueueSummary struct {
 	Policy QueuePolicy

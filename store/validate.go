@@ -235,3 +235,41 @@ func ValidateProviderOperationID(s string) error {
 func ValidateText(field, s string, max int, required bool) error {
 	return checkText(field, s, max, required)
 }
+
+// ValidateTenant checks a tenant id.
+func ValidateTenant(tenant string) error { return checkText("tenant", tenant, NameMaxLen, true) }
+
+// ValidateJobRef checks the tenant and job id of a call about one job.
+func ValidateJobRef(tenant, jobID string) error {
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	return checkText("job_id", jobID, NameMaxLen, true)
+}
+
+// ValidateLeaseCall checks the tenant and token of a lease-bound call.
+func ValidateLeaseCall(tenant string, tok LeaseToken) error {
+	if err := ValidateTenant(tenant); err != nil {
+		return err
+	}
+	return ValidateToken(tok)
+}
+
+// ValidateRecordEffect checks a RecordEffectParams.
+func ValidateRecordEffect(p RecordEffectParams) error {
+	if err := ValidateLeaseCall(p.Tenant, p.Token); err != nil {
+		return err
+	}
+	if err := ValidateEffectKey(p.Key); err != nil {
+		return err
+	}
+	switch p.Status {
+	case EffectSucceeded, EffectFailed, EffectUnknown:
+	default:
+		return Invalid("status", "must be succeeded, failed or unknown")
+	}
+	if err := ValidateProviderOperationID(p.ProviderOperationID); err != nil {
+		return err
+	}
+	return ValidateBlob("result", p.Result)
+}

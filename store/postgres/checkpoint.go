@@ -15,7 +15,7 @@ import (
 // store.CheckpointHistoryLimit checkpoints are kept (the oldest kept one may
 // name a parent that was trimmed).
 func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams) (*store.Checkpoint, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidatePhase(p.Phase); err != nil {
@@ -71,7 +71,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 // reconcile first — except a FAILED one, which the current generation
 // reserves again (reserved = true).
 func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) (*store.Effect, bool, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, false, err
 	}
 	if err := store.ValidateEffectKey(p.Key); err != nil {
@@ -122,21 +122,7 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 // outcome of any reserved key of its job, e.g. after reconciling an effect
 // an earlier generation left unknown; the record then names its generation.
 func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*store.Effect, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateEffectKey(p.Key); err != nil {
-		return nil, err
-	}
-	switch p.Status {
-	case store.EffectSucceeded, store.EffectFailed, store.EffectUnknown:
-	default:
-		return nil, store.Invalid("status", "must be succeeded, failed or unknown")
-	}
-	if err := store.ValidateProviderOperationID(p.ProviderOperationID); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateBlob("result", p.Result); err != nil {
+	if err := store.ValidateRecordEffect(p); err != nil {
 		return nil, err
 	}
 	var out *store.Effect
@@ -164,7 +150,7 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 
 // ListEffects implements store.Store.
 func (s *Store) ListEffects(ctx context.Context, tenant, jobID string) ([]store.Effect, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if err := validateJobID(jobID); err != nil {

@@ -35,7 +35,7 @@ const claimLockClass = 0x4C48
 //  4. every claimed job gets its LEASED event and a running attempt row,
 //     and is returned with its latest checkpoint and effect ledger.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateClaim(p); err != nil {
@@ -327,7 +327,7 @@ func effectsForJobs(ctx context.Context, q querier, tenant string, ids []string)
 // job has a cancel request is still extended, so that its holder has time
 // to acknowledge, and reported as cancel_requested.
 func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewResult, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateRenew(p); err != nil {

@@ -13,7 +13,7 @@ import (
 // ListDeadJobs implements store.Store: DEAD jobs newest first (finished_at
 // desc, id desc) with their attempt history; abandoned ones only when asked.
 func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*store.DeadJobPage, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if p.Queue != "" {
@@ -117,7 +117,7 @@ func loadDeadJob(ctx context.Context, q querier, tenant, id string, lock bool) (
 }
 
 func validateDeadJobCall(tenant, id, reason string) error {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	if err := validateJobID(id); err != nil {

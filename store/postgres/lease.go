@@ -119,13 +119,6 @@ func deadData(attempts, maxAttempts int32) map[string]any {
 	return map[string]any{"reason": reason, "attempts": attempts, "max_attempts": maxAttempts}
 }
 
-func validateLeaseCall(tenant string, tok store.LeaseToken) error {
-	if err := validateTenant(tenant); err != nil {
-		return err
-	}
-	return store.ValidateToken(tok)
-}
-
 // holderData is the event data naming the lease that acted. Event data
 // keys are the same on both engines.
 func holderData(tok store.LeaseToken) map[string]any {
@@ -134,7 +127,7 @@ func holderData(tok store.LeaseToken) map[string]any {
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (*store.Job, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateBlob("result", p.Result); err != nil {
@@ -173,7 +166,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (*store.Jo
 // A repeated Retry by a generation whose attempt already failed returns the
 // job as it is now.
 func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateJobError(p.Error); err != nil {
@@ -274,7 +267,7 @@ func failedBySameGeneration(ctx context.Context, tx pgx.Tx, tenant string, tok s
 
 // CancelByHolder implements store.Store.
 func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams) (*store.Job, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateReason(p.Reason); err != nil {
@@ -313,7 +306,7 @@ func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams
 // CANCELLED instead of going back to the queue (attempt cancelled, as if the
 // holder had acknowledged the cancel).
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (*store.Job, error) {
-	if err := validateLeaseCall(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	var out *store.Job
@@ -362,7 +355,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (*store.Job,
 // CancelByHolder, or the next Claim ends the job once its lease expires);
 // a repeated request returns the job unchanged; terminal → ErrAlreadyFinal.
 func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) (*store.Job, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := validateJobID(p.JobID); err != nil {

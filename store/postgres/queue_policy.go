@@ -45,10 +45,6 @@ func getPolicy(ctx context.Context, q querier, tenant, queue string) (*store.Que
 	return p, err
 }
 
-func validateTenant(tenant string) error {
-	return store.ValidateText("tenant", tenant, store.NameMaxLen, true)
-}
-
 func validateQueue(field, queue string) error {
 	if !store.ValidName(queue) {
 		return store.Invalid(field, "must be 1-128 characters of [A-Za-z0-9._:-], starting with a letter or digit")
@@ -58,7 +54,7 @@ func validateQueue(field, queue string) error {
 
 // GetQueuePolicy implements store.Store.
 func (s *Store) GetQueuePolicy(ctx context.Context, tenant, queue string) (*store.QueuePolicy, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if err := validateQueue("queue", queue); err != nil {
@@ -73,7 +69,7 @@ func (s *Store) GetQueuePolicy(ctx context.Context, tenant, queue string) (*stor
 
 // UpdateQueuePolicy implements store.Store.
 func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy store.QueuePolicy) (*store.QueuePolicy, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	p := policy.WithDefaults()
@@ -97,7 +93,7 @@ func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy sto
 // SetQueuePaused implements store.Store. Resuming a queue wakes its
 // subscribers, since its jobs just became claimable.
 func (s *Store) SetQueuePaused(ctx context.Context, tenant, queue string, paused bool) (*store.QueuePolicy, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if err := validateQueue("queue", queue); err != nil {
@@ -125,7 +121,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, tenant, queue string, paused
 
 // ListQueues implements store.Store.
 func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSummary, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	stats, err := s.queueCounts(ctx, tenant, "", time.Time{})
@@ -172,7 +168,7 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSum
 
 // QueueStats implements store.Store. A queue without jobs has zero counts.
 func (s *Store) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.QueueStats, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := validateQueue("queue", p.Queue); err != nil {
@@ -214,21 +210,7 @@ func (s *Store) queueCounts(ctx context.Context, tenant, queue string, now time.
 			st = &store.QueueStats{Queue: name}
 			out[name] = st
 		}
-		switch store.JobState(state) {
-		case store.JobStateQueued:
-			st.Queued += n
-			st.Available += available
-		case store.JobStateLeased:
-			st.Leased += n
-		case store.JobStateSucceeded:
-			st.Succeeded += n
-		case store.JobStateFailed:
-			st.Failed += n
-		case store.JobStateCancelled:
-			st.Cancelled += n
-		case store.JobStateDead:
-			st.Dead += n
-		}
+		st.Add(store.JobState(state), n, available)
 	}
 	return out, rows.Err()
 }

@@ -18,7 +18,7 @@ const listLimitDefault = 50
 
 // GetJob implements store.Store.
 func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if err := validateJobID(jobID); err != nil {
@@ -48,7 +48,7 @@ func pageLimit(limit int) (int, error) {
 // ListJobs implements store.Store: newest first (created_at desc, id desc),
 // keyset-paged with an opaque cursor.
 func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.JobPage, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if p.Queue != "" {
@@ -115,7 +115,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 // ListEvents implements store.Store. Limit 0 means up to
 // store.ListLimitMax events.
 func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]store.Event, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := validateJobID(p.JobID); err != nil {
@@ -161,7 +161,7 @@ func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]sto
 
 // ListAttempts implements store.Store.
 func (s *Store) ListAttempts(ctx context.Context, tenant, jobID string) ([]store.Attempt, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if err := validateJobID(jobID); err != nil {

@@ -25,7 +25,7 @@ func deadJobTx(ctx context.Context, q querier, row *jobRow) (*store.DeadJob, err
 
 // ListDeadJobs implements store.Store.
 func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*store.DeadJobPage, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if p.Queue != "" && !store.ValidName(p.Queue) {
@@ -87,7 +87,7 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 
 // GetDeadJob implements store.Store.
 func (s *Store) GetDeadJob(ctx context.Context, tenant, jobID string) (*store.DeadJob, error) {
-	if err := validateJobRef(tenant, jobID); err != nil {
+	if err := store.ValidateJobRef(tenant, jobID); err != nil {
 		return nil, err
 	}
 	var dj *store.DeadJob
@@ -108,7 +108,7 @@ func (s *Store) GetDeadJob(ctx context.Context, tenant, jobID string) (*store.De
 // ReplayDeadJob implements store.Store. Replaying twice is idempotent: the
 // second call returns the first replay's job with alreadyReplayed = true.
 func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) (*store.Job, bool, error) {
-	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+	if err := store.ValidateJobRef(p.Tenant, p.JobID); err != nil {
 		return nil, false, err
 	}
 	if err := store.ValidateReason(p.Reason); err != nil {
@@ -191,7 +191,7 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 
 // AbandonDeadJob implements store.Store.
 func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams) (*store.DeadJob, error) {
-	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+	if err := store.ValidateJobRef(p.Tenant, p.JobID); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateReason(p.Reason); err != nil {

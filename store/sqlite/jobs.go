@@ -24,24 +24,6 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func validateTenant(tenant string) error {
-	return store.ValidateText("tenant", tenant, store.NameMaxLen, true)
-}
-
-func validateJobRef(tenant, jobID string) error {
-	if err := validateTenant(tenant); err != nil {
-		return err
-	}
-	return store.ValidateText("job_id", jobID, store.NameMaxLen, true)
-}
-
-func validateLease(tenant string, token store.LeaseToken) error {
-	if err := validateTenant(tenant); err != nil {
-		return err
-	}
-	return store.ValidateToken(token)
-}
-
 // pageLimit applies the list default and cap; a negative limit is invalid.
 func pageLimit(limit int) (int, error) {
 	switch {
@@ -254,7 +236,7 @@ func (s *Store) lookupIdempotent(ctx context.Context, tx *writeTx, tenant, key, 
 
 // GetJob implements store.Store.
 func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, error) {
-	if err := validateJobRef(tenant, jobID); err != nil {
+	if err := store.ValidateJobRef(tenant, jobID); err != nil {
 		return nil, err
 	}
 	var job *store.Job
@@ -276,7 +258,7 @@ var jobStates = []store.JobState{
 
 // ListJobs implements store.Store.
 func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.JobPage, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if p.Queue != "" && !store.ValidName(p.Queue) {
@@ -340,7 +322,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 
 // ListEvents implements store.Store. A Limit of 0 means store.ListLimitMax.
 func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]store.Event, error) {
-	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+	if err := store.ValidateJobRef(p.Tenant, p.JobID); err != nil {
 		return nil, err
 	}
 	if p.AfterSequence < 0 {
@@ -377,7 +359,7 @@ func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]sto
 
 // ListAttempts implements store.Store.
 func (s *Store) ListAttempts(ctx context.Context, tenant, jobID string) ([]store.Attempt, error) {
-	if err := validateJobRef(tenant, jobID); err != nil {
+	if err := store.ValidateJobRef(tenant, jobID); err != nil {
 		return nil, err
 	}
 	var attempts []store.Attempt

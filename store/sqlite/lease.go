@@ -24,7 +24,7 @@ import (
 // (priority desc, available_at, id) across queues is kept and no limit is
 // exceeded. In the usual case (no limits) that is one statement.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateClaim(p); err != nil {
@@ -354,7 +354,7 @@ func leaseLost(ctx context.Context, tx *writeTx, tenant string, t store.LeaseTok
 
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewResult, error) {
-	if err := validateTenant(p.Tenant); err != nil {
+	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateRenew(p); err != nil {
@@ -395,7 +395,7 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewRe
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (*store.Job, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateBlob("result", p.Result); err != nil {
@@ -442,7 +442,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (*store.Jo
 // returns the job as it is now: the first report decided, and deciding
 // again would draw new jitter.
 func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateJobError(p.Error); err != nil {
@@ -532,7 +532,7 @@ func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, err
 
 // CancelByHolder implements store.Store.
 func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams) (*store.Job, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateReason(p.Reason); err != nil {
@@ -575,7 +575,7 @@ func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams
 // Release implements store.Store. Release is not a terminal report, so a
 // repeated Release is ErrLeaseLost like any call after the lease ended.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (*store.Job, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	var job *store.Job
@@ -633,7 +633,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (*store.Job,
 
 // RequestCancel implements store.Store.
 func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) (*store.Job, error) {
-	if err := validateJobRef(p.Tenant, p.JobID); err != nil {
+	if err := store.ValidateJobRef(p.Tenant, p.JobID); err != nil {
 		return nil, err
 	}
 	if err := store.ValidateReason(p.Reason); err != nil {

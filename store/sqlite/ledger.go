@@ -16,7 +16,7 @@ import (
 
 // SaveCheckpoint implements store.Store.
 func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams) (*store.Checkpoint, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, err
 	}
 	if err := store.ValidatePhase(p.Phase); err != nil {
@@ -77,7 +77,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 
 // ReserveEffect implements store.Store.
 func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) (*store.Effect, bool, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
+	if err := store.ValidateLeaseCall(p.Tenant, p.Token); err != nil {
 		return nil, false, err
 	}
 	if err := store.ValidateEffectKey(p.Key); err != nil {
@@ -130,21 +130,7 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 // recording on it again returns it unchanged, so the caller sees the outcome
 // that counts.
 func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*store.Effect, error) {
-	if err := validateLease(p.Tenant, p.Token); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateEffectKey(p.Key); err != nil {
-		return nil, err
-	}
-	switch p.Status {
-	case store.EffectSucceeded, store.EffectFailed, store.EffectUnknown:
-	default:
-		return nil, store.Invalid("status", "must be succeeded, failed or unknown")
-	}
-	if err := store.ValidateProviderOperationID(p.ProviderOperationID); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateBlob("result", p.Result); err != nil {
+	if err := store.ValidateRecordEffect(p); err != nil {
 		return nil, err
 	}
 	var eff *store.Effect
@@ -181,7 +167,7 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 
 // ListEffects implements store.Store.
 func (s *Store) ListEffects(ctx context.Context, tenant, jobID string) ([]store.Effect, error) {
-	if err := validateJobRef(tenant, jobID); err != nil {
+	if err := store.ValidateJobRef(tenant, jobID); err != nil {
 		return nil, err
 	}
 	var out []store.Effect

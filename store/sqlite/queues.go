@@ -11,7 +11,7 @@ import (
 )
 
 func validateQueue(tenant, queue string) error {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return err
 	}
 	if !store.ValidName(queue) {
@@ -61,7 +61,7 @@ func (s *Store) GetQueuePolicy(ctx context.Context, tenant, queue string) (*stor
 
 // UpdateQueuePolicy implements store.Store.
 func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy store.QueuePolicy) (*store.QueuePolicy, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	p := policy.WithDefaults()
@@ -119,25 +119,6 @@ func (s *Store) SetQueuePaused(ctx context.Context, tenant, queue string, paused
 	return out, nil
 }
 
-// addStat adds one (state, count, available) row to st.
-func addStat(st *store.QueueStats, state string, n, available int64) {
-	switch store.JobState(state) {
-	case store.JobStateQueued:
-		st.Queued += n
-		st.Available += available
-	case store.JobStateLeased:
-		st.Leased += n
-	case store.JobStateSucceeded:
-		st.Succeeded += n
-	case store.JobStateFailed:
-		st.Failed += n
-	case store.JobStateCancelled:
-		st.Cancelled += n
-	case store.JobStateDead:
-		st.Dead += n
-	}
-}
-
 // QueueStats implements store.Store. A queue with no jobs has zero counts.
 func (s *Store) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.QueueStats, error) {
 	if err := validateQueue(p.Tenant, p.Queue); err != nil {
@@ -164,7 +145,7 @@ func (s *Store) QueueStats(ctx context.Context, p store.QueueStatsParams) (*stor
 			if err := rows.Scan(&state, &n, &available); err != nil {
 				return err
 			}
-			addStat(st, state, n, available)
+			st.Add(store.JobState(state), n, available)
 		}
 		return rows.Err()
 	})
@@ -177,7 +158,7 @@ func (s *Store) QueueStats(ctx context.Context, p store.QueueStatsParams) (*stor
 // ListQueues implements store.Store: every queue with jobs or a stored
 // policy, by name, with its effective policy and stats at the store clock.
 func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSummary, error) {
-	if err := validateTenant(tenant); err != nil {
+	if err := store.ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	now := s.clock(time.Time{})
@@ -224,7 +205,7 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSum
 			if err := rows.Scan(&queue, &state, &n, &available); err != nil {
 				return err
 			}
-			addStat(&get(queue).Stats, state, n, available)
+			get(queue).Stats.Add(store.JobState(state), n, available)
 		}
 		return rows.Err()
 	})
