@@ -11,7 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -22,6 +25,12 @@ const (
 	listenDefault     = "127.0.0.1:7400"
 	sqlitePathDefault = "./leasehold.db"
 )
+
+// telemetryShutdownTimeout bounds the final trace flush. It comes after the
+// coordinator's own shutdown (at most two grace periods, 20s by default),
+// so the whole stays inside Kubernetes' default 30s termination grace even
+// when the collector is unreachable.
+const telemetryShutdownTimeout = 5 * time.Second
 
 // storeFlags are the flags that choose and locate the database, shared by
 // serve and migrate.
@@ -45,8 +54,8 @@ func envOr(getenv func(string) string, key, def string) string {
 }
 
 // runServe runs the coordinator until ctx ends (SIGINT/SIGTERM), then shuts
-// it down in the steps documented on coordinator.Coordinator.Shutdown and
-// exits 0.
+// it down in the steps documented on coordinator.Coordinator.Shutdown,
+// flushes buffered trace spans as the last step, and exits 0.
 func (c *cli) runServe(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("leasehold serve", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
@@ -76,6 +85,36 @@ func (c *cli) runServe(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+
+	traceEndpoint := telemetry.TracesEndpoint(c.getenv)
+	if traceEndpoint != "" {
+		// Export failures (e.g. the collector is down) reach otel's
+		// global error handler; send them to our log rather than the
+		// standard logger's unstructured stderr lines.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn("opentelemetry", slog.String("error", err.Error()))
+		}))
+	}
+	shutdownTelemetry, err := telemetry.Setup(ctx, c.getenv, Version)
+	if err != nil {
+		log.Error("cannot set up tracing", slog.String("error", err.Error()))
+		return exitUsage
+	}
+	if traceEndpoint != "" {
+		log.Info("exporting traces over OTLP/gRPC", slog.String("endpoint", traceEndpoint))
+	}
+	// The last shutdown step, after the store has closed and on every
+	// early return: flush the spans of the final calls. ctx is already
+	// cancelled by then, so detach from it, and bound the flush so an
+	// unreachable collector cannot hold the process. A lost flush loses
+	// traces, not work, so it is logged but does not change the exit code.
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryShutdownTimeout)
+		defer cancel()
+		if err := shutdownTelemetry(fctx); err != nil {
+			log.Warn("flushing traces", slog.Duration("timeout", telemetryShutdownTimeout), slog.String("error", err.Error()))
+		}
+	}()
 
 	st, err := openStore(ctx, log, sf, !*noMig)
 	if err != nil {

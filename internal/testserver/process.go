@@ -78,9 +78,18 @@ type Process struct {
 // args...` in a temporary working directory (so the default ./leasehold.db
 // lands there), waits until its health reports SERVING, and stops it with
 // SIGTERM when the test ends (SIGKILL if it does not exit in time). A
-// --listen in args wins over the free port. LEASEHOLD_* variables of the
-// test's environment are not passed on: args decide.
+// --listen in args wins over the free port. LEASEHOLD_* and OTEL_*
+// variables of the test's environment are not passed on: args decide, and
+// a developer's tracing setup neither receives test spans nor breaks tests.
 func StartProcess(t testing.TB, args ...string) *Process {
+	t.Helper()
+	return StartProcessEnv(t, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env ("KEY=value" entries) added to
+// the process's environment, e.g. OTEL_* settings pointing at a test
+// collector.
+func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
 	bin := Binary(t)
 	addr := listenArg(args)
@@ -97,10 +106,11 @@ func StartProcess(t testing.TB, args ...string) *Process {
 	p.Cmd.Stdout = p.stderr
 	p.Cmd.Stderr = p.stderr
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "OTEL_") {
 			p.Cmd.Env = append(p.Cmd.Env, kv)
 		}
 	}
+	p.Cmd.Env = append(p.Cmd.Env, env...)
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("testserver: start %s: %v", bin, err)
 	}
