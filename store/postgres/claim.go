@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -19,7 +18,7 @@ const claimLockClass = 0x4C48
 // Claim implements store.Store, in one transaction:
 //
 //  1. expired leases of the queues that must not be taken over are ended
-//     (endExpiredLeases): a job whose cancellation was requested becomes
+//     (claimPrelude): a job whose cancellation was requested becomes
 //     CANCELLED (attempt lease_expired, one CANCELLED event), and a job
 //     whose budget is spent (attempts >= max_attempts, or its retry
 //     deadline passed) becomes DEAD (attempt lease_expired, LEASE_EXPIRED,
@@ -62,16 +61,9 @@ type claimed struct {
 }
 
 func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	now, err := txNow(ctx, tx, p.Now)
-	if err != nil {
-		return nil, err
-	}
 	queues := slices.Compact(slices.Sorted(slices.Values(p.Queues)))
-	policies, err := loadPolicies(ctx, tx, p.Tenant, queues)
+	now, policies, err := claimPrelude(ctx, tx, p.Tenant, queues, p.Now)
 	if err != nil {
-		return nil, err
-	}
-	if err := endExpiredLeases(ctx, tx, p.Tenant, queues, now); err != nil {
 		return nil, err
 	}
 
@@ -181,23 +173,33 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]st
 		gens = append(gens, j.LeaseGeneration)
 		attemptNums = append(attemptNums, j.Attempts)
 	}
+	// The rest is one pipelined batch: the writes touch only the claimed
+	// jobs' attempts and events, which the reads (checkpoints, effects)
+	// do not look at.
+	b := &pgx.Batch{}
 	if len(expiredIDs) > 0 {
-		if _, err := tx.Exec(ctx, qCloseAttempts, p.Tenant, string(store.AttemptLeaseExpired), now, expiredIDs, expiredGens); err != nil {
+		b.Queue(qCloseAttempts, p.Tenant, string(store.AttemptLeaseExpired), now, expiredIDs, expiredGens)
+	}
+	b.Queue(qInsertEvents, p.Tenant, now, evs.jobIDs, evs.seqs, evs.types, evs.data)
+	b.Queue(qInsertAttempts, p.Tenant, p.Worker, now, ids, attemptNums, gens)
+	b.Queue(qLatestCheckpoints, p.Tenant, ids)
+	b.Queue(qEffectsForJobs, p.Tenant, ids)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 2 {
+		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	if err := evs.insert(ctx, tx, p.Tenant, now); err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, qInsertAttempts, p.Tenant, p.Worker, now, ids, attemptNums, gens); err != nil {
-		return nil, err
-	}
-	checkpoints, err := latestCheckpoints(ctx, tx, p.Tenant, ids)
+	checkpoints, err := checkpointsFrom(br.Query())
 	if err != nil {
 		return nil, err
 	}
-	effects, err := effectsForJobs(ctx, tx, p.Tenant, ids)
+	effects, err := effectsFrom(br.Query())
 	if err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	out := make([]store.ClaimedJob, 0, len(got))
@@ -213,8 +215,9 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]st
 	return out, nil
 }
 
-// endExpiredLeases ends the expired leases of the queues that no claim may
-// take over, in the claim's transaction:
+// claimPrelude returns the transaction's instant and the queues' effective
+// policies, and ends the expired leases of the queues that no claim may take
+// over, in the claim's transaction:
 //
 //   - a job whose cancellation was requested and whose holder let the lease
 //     expire without acknowledging becomes CANCELLED (one CANCELLED event);
@@ -227,22 +230,51 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]st
 // Either way the expired attempt is closed as lease_expired. qClaim skips
 // both kinds, so a row left for a later claim (past the statements' LIMIT,
 // or locked by another claimer) is never leased meanwhile.
-func endExpiredLeases(ctx context.Context, tx pgx.Tx, tenant string, queues []string, now time.Time) error {
+//
+// The clock, the policies and both UPDATEs go in one pipelined batch (one
+// round trip; the UPDATEs read the clock as now() when the caller gave no
+// Now); closing the ended attempts and appending their events takes a second
+// round trip only when some lease was ended.
+func claimPrelude(ctx context.Context, tx pgx.Tx, tenant string, queues []string, at time.Time) (time.Time, map[string]store.QueuePolicy, error) {
+	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
+	b := &pgx.Batch{}
+	if at.IsZero() {
+		b.Queue(qNow)
+	}
+	b.Queue(qPoliciesForQueues, tenant, queues)
+	b.Queue(qCancelExpiredRequested, tenant, queues, nowArg(at))
+	b.Queue(qDeadLetterExpired, tenant, queues, nowArg(at), expired.Code, expired.Message)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+
+	now := normTime(at)
+	if at.IsZero() {
+		if err := br.QueryRow().Scan(&now); err != nil {
+			return time.Time{}, nil, err
+		}
+		now = now.UTC()
+	}
+	rows, err := br.Query()
+	policies, err := policiesFrom(rows, err, queues)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+
 	var (
 		evs  eventBatch
 		ids  []string
 		gens []int64
 	)
-	rows, err := tx.Query(ctx, qCancelExpiredRequested, tenant, queues, now)
+	rows, err = br.Query()
 	if err != nil {
-		return err
+		return time.Time{}, nil, err
 	}
 	for rows.Next() {
 		var id, owner, reason string
 		var gen, seq int64
 		if err := rows.Scan(&id, &owner, &gen, &seq, &reason); err != nil {
 			rows.Close()
-			return err
+			return time.Time{}, nil, err
 		}
 		ids = append(ids, id)
 		gens = append(gens, gen)
@@ -252,13 +284,12 @@ func endExpiredLeases(ctx context.Context, tx pgx.Tx, tenant string, queues []st
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return time.Time{}, nil, err
 	}
 
-	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
-	rows, err = tx.Query(ctx, qDeadLetterExpired, tenant, queues, now, expired.Code, expired.Message)
+	rows, err = br.Query()
 	if err != nil {
-		return err
+		return time.Time{}, nil, err
 	}
 	for rows.Next() {
 		var id, owner string
@@ -266,7 +297,7 @@ func endExpiredLeases(ctx context.Context, tx pgx.Tx, tenant string, queues []st
 		var attempts, maxAttempts int32
 		if err := rows.Scan(&id, &owner, &gen, &seq, &attempts, &maxAttempts); err != nil {
 			rows.Close()
-			return err
+			return time.Time{}, nil, err
 		}
 		ids = append(ids, id)
 		gens = append(gens, gen)
@@ -278,18 +309,34 @@ func endExpiredLeases(ctx context.Context, tx pgx.Tx, tenant string, queues []st
 		evs.add(id, seq, event{typ: store.EventDead, data: deadData(attempts, maxAttempts)})
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil || len(ids) == 0 {
-		return err
+	if err := rows.Err(); err != nil {
+		return time.Time{}, nil, err
 	}
-	if _, err := tx.Exec(ctx, qCloseAttempts, tenant, string(store.AttemptLeaseExpired), now, ids, gens); err != nil {
-		return err
+	if err := br.Close(); err != nil {
+		return time.Time{}, nil, err
 	}
-	return evs.insert(ctx, tx, tenant, now)
+	if len(ids) == 0 {
+		return now, policies, nil
+	}
+
+	b = &pgx.Batch{}
+	b.Queue(qCloseAttempts, tenant, string(store.AttemptLeaseExpired), now, ids, gens)
+	b.Queue(qInsertEvents, tenant, now, evs.jobIDs, evs.seqs, evs.types, evs.data)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return time.Time{}, nil, err
+	}
+	return now, policies, nil
 }
 
 // latestCheckpoints returns the latest checkpoint of each job that has one.
 func latestCheckpoints(ctx context.Context, q querier, tenant string, ids []string) (map[string]*store.Checkpoint, error) {
 	rows, err := q.Query(ctx, qLatestCheckpoints, tenant, ids)
+	return checkpointsFrom(rows, err)
+}
+
+// checkpointsFrom is latestCheckpoints on the result of qLatestCheckpoints
+// (rows, err), so that the query can be pipelined.
+func checkpointsFrom(rows pgx.Rows, err error) (map[string]*store.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +354,12 @@ func latestCheckpoints(ctx context.Context, q querier, tenant string, ids []stri
 // effectsForJobs returns each job's effect ledger ordered by key.
 func effectsForJobs(ctx context.Context, q querier, tenant string, ids []string) (map[string][]store.Effect, error) {
 	rows, err := q.Query(ctx, qEffectsForJobs, tenant, ids)
+	return effectsFrom(rows, err)
+}
+
+// effectsFrom is effectsForJobs on the result of qEffectsForJobs (rows,
+// err), so that the query can be pipelined.
+func effectsFrom(rows pgx.Rows, err error) (map[string][]store.Effect, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -321,11 +374,11 @@ func effectsForJobs(ctx context.Context, q querier, tenant string, ids []string)
 	return out, nil
 }
 
-// Renew implements store.Store. All tokens are renewed in one transaction,
-// in job-id order so that overlapping renewals cannot deadlock; a token
-// that is not the current unexpired lease is reported lost. A lease whose
-// job has a cancel request is still extended, so that its holder has time
-// to acknowledge, and reported as cancel_requested.
+// Renew implements store.Store. All tokens are renewed in one statement
+// (qRenew), which locks in job-id order so that overlapping renewals cannot
+// deadlock; a token that is not the current unexpired lease is reported
+// lost. A lease whose job has a cancel request is still extended, so that
+// its holder has time to acknowledge, and reported as cancel_requested.
 func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewResult, error) {
 	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
@@ -337,39 +390,52 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) ([]store.RenewRe
 	if p.LeaseDuration > 0 {
 		duration = int64(p.LeaseDuration)
 	}
-	order := make([]int, len(p.Tokens))
-	for i := range order {
-		order[i] = i
+	ids := make([]string, len(p.Tokens))
+	workers := make([]string, len(p.Tokens))
+	gens := make([]int64, len(p.Tokens))
+	for i, t := range p.Tokens {
+		ids[i], workers[i], gens[i] = t.JobID, t.WorkerID, t.Generation
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p.Tokens[a].JobID, p.Tokens[b].JobID) })
-
+	type renewed struct {
+		cancelRequested bool
+		expires         time.Time
+	}
 	var out []store.RenewResult
 	err := s.withTx(ctx, "renew", func(tx pgx.Tx) error {
-		out = make([]store.RenewResult, len(p.Tokens))
-		b := &pgx.Batch{}
-		for _, i := range order {
-			t := p.Tokens[i]
-			b.Queue(qRenew, p.Tenant, t.JobID, t.WorkerID, t.Generation, duration, nowArg(p.Now),
-				int64(store.LeaseDurationDefault))
+		rows, err := tx.Query(ctx, qRenew, p.Tenant, ids, workers, gens, duration, nowArg(p.Now),
+			int64(store.LeaseDurationDefault))
+		if err != nil {
+			return err
 		}
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
-		for _, i := range order {
-			var cancelRequested bool
-			var expires time.Time
-			err := br.QueryRow().Scan(&cancelRequested, &expires)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewLost}
-			case err != nil:
+		// A token that renewed comes back as itself (job, owner,
+		// generation); a repeated token shares its twin's row.
+		got := map[store.LeaseToken]renewed{}
+		for rows.Next() {
+			var t store.LeaseToken
+			var r renewed
+			if err := rows.Scan(&t.JobID, &t.WorkerID, &t.Generation, &r.cancelRequested, &r.expires); err != nil {
+				rows.Close()
 				return err
-			case cancelRequested:
-				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewCancelRequested, ExpiresAt: expires.UTC()}
+			}
+			got[t] = r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		out = make([]store.RenewResult, len(p.Tokens))
+		for i, t := range p.Tokens {
+			r, ok := got[t]
+			switch {
+			case !ok:
+				out[i] = store.RenewResult{Token: t, Status: store.RenewLost}
+			case r.cancelRequested:
+				out[i] = store.RenewResult{Token: t, Status: store.RenewCancelRequested, ExpiresAt: r.expires.UTC()}
 			default:
-				out[i] = store.RenewResult{Token: p.Tokens[i], Status: store.RenewRenewed, ExpiresAt: expires.UTC()}
+				out[i] = store.RenewResult{Token: t, Status: store.RenewRenewed, ExpiresAt: r.expires.UTC()}
 			}
 		}
-		return br.Close()
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -52,7 +52,8 @@ func appendEvent(ctx context.Context, tx pgx.Tx, tenant, jobID string, at time.T
 	return appendReserved(ctx, tx, tenant, jobID, seq, at, e)
 }
 
-// eventBatch collects events of several jobs for one qInsertEvents.
+// eventBatch collects events of several jobs for one qInsertEvents (its
+// fields are the statement's arrays).
 type eventBatch struct {
 	jobIDs []string
 	seqs   []int64
@@ -65,14 +66,6 @@ func (b *eventBatch) add(jobID string, seq int64, e event) {
 	b.seqs = append(b.seqs, seq)
 	b.types = append(b.types, string(e.typ))
 	b.data = append(b.data, e.json())
-}
-
-func (b *eventBatch) insert(ctx context.Context, tx pgx.Tx, tenant string, at time.Time) error {
-	if len(b.jobIDs) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, qInsertEvents, tenant, at, b.jobIDs, b.seqs, b.types, b.data)
-	return err
 }
 
 // errorData is the event form of a worker's error.

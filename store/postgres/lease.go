@@ -69,9 +69,13 @@ type leave struct {
 	outcome     store.AttemptOutcome
 }
 
-// leaveLease applies l to a job locked by lockLease: state, its events and
-// the close of tok's attempt, in the caller's transaction.
-func leaveLease(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken, now time.Time, l leave) (*store.Job, error) {
+// leaveLease applies l to the job locked by lockLease (locked is the row
+// lockLease returned): state, its events and the close of tok's attempt, in
+// the caller's transaction. The statements are pipelined in one batch, one
+// round trip: the row lock makes the event sequences that qLeaveLease
+// reserves known in advance (locked.lastEventSeq + 1...), and the latest
+// checkpoint is not changed by any of them.
+func leaveLease(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken, locked *jobRecord, now time.Time, l leave) (*store.Job, error) {
 	var finished any
 	if l.state.Terminal() {
 		finished = now
@@ -84,19 +88,43 @@ func leaveLease(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseTo
 	if e := l.lastError; e != nil {
 		code, message, retryable = e.Code, e.Message, e.Retryable
 	}
-	rec, err := scanJob(tx.QueryRow(ctx, qLeaveLease, tenant, tok.JobID, string(l.state), timeArg(l.availableAt),
-		finished, refund, l.result, code, message, len(l.events), retryable))
+	b := &pgx.Batch{}
+	b.Queue(qLeaveLease, tenant, tok.JobID, string(l.state), timeArg(l.availableAt),
+		finished, refund, l.result, code, message, len(l.events), retryable)
+	for i, e := range l.events {
+		b.Queue(qInsertEvent, tenant, tok.JobID, locked.lastEventSeq+1+int64(i), string(e.typ), now, e.json())
+	}
+	b.Queue(qCloseAttempt, tenant, tok.JobID, tok.Generation, string(l.outcome), now, code, message, retryable)
+	b.Queue(qLatestCheckpoint, tenant, tok.JobID)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	rec, err := scanJob(br.QueryRow())
 	if err != nil {
 		return nil, err
 	}
-	if err := appendReserved(ctx, tx, tenant, tok.JobID, rec.lastEventSeq, now, l.events...); err != nil {
+	if want := locked.lastEventSeq + int64(len(l.events)); rec.lastEventSeq != want {
+		// Impossible under the row lock; refuse rather than commit events
+		// with the wrong sequences.
+		return nil, fmt.Errorf("job %s: event sequence %d, want %d", tok.JobID, rec.lastEventSeq, want)
+	}
+	for range l.events {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, qCloseAttempt, tenant, tok.JobID, tok.Generation, string(l.outcome), now,
-		code, message, retryable); err != nil {
+	cp, err := scanCheckpoint(br.QueryRow())
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		rec.job.Checkpoint = nil
+	case err != nil:
 		return nil, err
+	default:
+		rec.job.Checkpoint = cp
 	}
-	if err := attachCheckpoint(ctx, tx, rec.job); err != nil {
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	return rec.job, nil
@@ -145,7 +173,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (*store.Jo
 		if err != nil {
 			return err
 		}
-		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, now, leave{
+		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, rec, now, leave{
 			state:   store.JobStateSucceeded,
 			result:  p.Result,
 			events:  []event{{typ: store.EventSucceeded, data: attemptData(p.Token, rec.job)}},
@@ -230,7 +258,7 @@ func (s *Store) Retry(ctx context.Context, p store.RetryParams) (*store.Job, err
 				{typ: store.EventDead, data: deadData(job.Attempts, job.MaxAttempts)},
 			}
 		}
-		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, now, l)
+		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, rec, now, l)
 		if err != nil {
 			return err
 		}
@@ -275,7 +303,7 @@ func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams
 	}
 	var out *store.Job
 	err := s.withTx(ctx, "cancel_by_holder", func(tx pgx.Tx) error {
-		_, now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
+		rec, now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
 		if errors.Is(err, errNoLease) {
 			out, err = diagnose(ctx, tx, p.Tenant, p.Token, func(j *store.Job, a *store.Attempt) bool {
 				return j.State == store.JobStateCancelled && a.Outcome == store.AttemptCancelled
@@ -288,7 +316,7 @@ func (s *Store) CancelByHolder(ctx context.Context, p store.CancelByHolderParams
 		data := holderData(p.Token)
 		data["reason"] = p.Reason
 		data["by"] = "holder"
-		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, now, leave{
+		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, rec, now, leave{
 			state:   store.JobStateCancelled,
 			events:  []event{{typ: store.EventCancelled, data: data}},
 			outcome: store.AttemptCancelled,
@@ -335,7 +363,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (*store.Job,
 				outcome: store.AttemptCancelled,
 			}
 		}
-		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, now, l)
+		out, err = leaveLease(ctx, tx, p.Tenant, p.Token, rec, now, l)
 		if err != nil {
 			return err
 		}

@@ -119,15 +119,19 @@ const (
 	WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased' AND lease_expires_at > $3
 	GROUP BY queue`
 
+	// qCancelExpiredRequested and qDeadLetterExpired take $3 = the
+	// caller's Now or NULL (the database clock), so that Claim can pipeline
+	// them with the statement that reads the clock.
+	//
 	// qCancelExpiredRequested ends, as CANCELLED, the jobs of the queues
 	// whose cancellation was requested and whose holder let the lease
 	// expire without acknowledging: they can never be claimed again.
 	qCancelExpiredRequested = `UPDATE jobs j
-	SET state = 'cancelled', finished_at = $3, lease_expires_at = NULL, last_event_seq = j.last_event_seq + 1
+	SET state = 'cancelled', finished_at = coalesce($3::timestamptz, now()), lease_expires_at = NULL, last_event_seq = j.last_event_seq + 1
 	FROM (
 		SELECT tenant, id FROM jobs
 		WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased'
-		  AND cancel_requested AND lease_expires_at <= $3
+		  AND cancel_requested AND lease_expires_at <= coalesce($3::timestamptz, now())
 		ORDER BY lease_expires_at
 		LIMIT 1000
 		FOR UPDATE SKIP LOCKED
@@ -144,14 +148,14 @@ const (
 	// Cancel-requested jobs are qCancelExpiredRequested's. $4/$5 are the
 	// last error's code and message.
 	qDeadLetterExpired = `UPDATE jobs j
-	SET state = 'dead', finished_at = $3, lease_expires_at = NULL,
+	SET state = 'dead', finished_at = coalesce($3::timestamptz, now()), lease_expires_at = NULL,
 	    last_error_code = $4, last_error_message = $5, last_error_retryable = true,
 	    last_event_seq = j.last_event_seq + 3
 	FROM (
 		SELECT tenant, id FROM jobs
 		WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased'
-		  AND NOT cancel_requested AND lease_expires_at <= $3
-		  AND (attempts >= max_attempts OR retry_deadline < $3)
+		  AND NOT cancel_requested AND lease_expires_at <= coalesce($3::timestamptz, now())
+		  AND (attempts >= max_attempts OR retry_deadline < coalesce($3::timestamptz, now()))
 		ORDER BY lease_expires_at
 		LIMIT 1000
 		FOR UPDATE SKIP LOCKED
@@ -230,15 +234,35 @@ const (
 
 // Lease-bound calls.
 const (
-	// qRenew extends one lease by $5 nanoseconds, or by the queue's default
-	// lease when $5 is NULL. It matches only the current, unexpired lease.
-	qRenew = `UPDATE jobs j
+	// qRenew extends the leases of several tokens ($2 job ids, $3 workers,
+	// $4 generations) in one statement, each by $5 nanoseconds, or by its
+	// queue's default lease when $5 is NULL. It matches only current,
+	// unexpired leases. The lateral subquery locks them one by one in
+	// job-id order (its LIMIT keeps it a nested loop over the sorted
+	// tokens), so that overlapping renewals cannot deadlock; FOR UPDATE
+	// rechecks the lease on the row's newest version. A token that matches
+	// nothing returns no row.
+	qRenew = `WITH locked AS (
+		SELECT j.tenant, j.id
+		FROM (
+			SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[]) AS t(id, owner, generation)
+			ORDER BY id
+		) t
+		CROSS JOIN LATERAL (
+			SELECT j.tenant, j.id FROM jobs j
+			WHERE j.tenant = $1 AND j.id = t.id AND j.state = 'leased' AND j.lease_owner = t.owner
+			  AND j.lease_generation = t.generation AND j.lease_expires_at > coalesce($6::timestamptz, now())
+			FOR UPDATE
+			LIMIT 1
+		) j
+	)
+	UPDATE jobs j
 	SET lease_expires_at = coalesce($6::timestamptz, now()) + (coalesce($5::bigint,
 	    (SELECT qp.default_lease_ns FROM queue_policies qp WHERE qp.tenant = j.tenant AND qp.queue = j.queue),
 	    $7::bigint) / 1000) * interval '1 microsecond'
-	WHERE j.tenant = $1 AND j.id = $2 AND j.state = 'leased' AND j.lease_owner = $3
-	  AND j.lease_generation = $4 AND j.lease_expires_at > coalesce($6::timestamptz, now())
-	RETURNING j.cancel_requested, j.lease_expires_at`
+	FROM (SELECT DISTINCT tenant, id FROM locked) l
+	WHERE j.tenant = l.tenant AND j.id = l.id
+	RETURNING j.id, j.lease_owner, j.lease_generation, j.cancel_requested, j.lease_expires_at`
 
 	// qLockLease is the lease compare-and-set of every lease-bound call: it
 	// locks the job only while (state = leased, owner, generation,

@@ -15,11 +15,17 @@ import (
 // or store.DefaultQueuePolicy.
 func loadPolicies(ctx context.Context, q querier, tenant string, queues []string) (map[string]store.QueuePolicy, error) {
 	queues = slices.Compact(slices.Sorted(slices.Values(queues)))
-	out := make(map[string]store.QueuePolicy, len(queues))
 	rows, err := q.Query(ctx, qPoliciesForQueues, tenant, queues)
+	return policiesFrom(rows, err, queues)
+}
+
+// policiesFrom is loadPolicies on the result of qPoliciesForQueues (rows,
+// err) for the sorted, distinct queues, so that the query can be pipelined.
+func policiesFrom(rows pgx.Rows, err error, queues []string) (map[string]store.QueuePolicy, error) {
 	if err != nil {
 		return nil, err
 	}
+	out := make(map[string]store.QueuePolicy, len(queues))
 	stored, err := collect(rows, scanPolicy)
 	if err != nil {
 		return nil, err
