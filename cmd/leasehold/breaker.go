@@ -28,11 +28,8 @@ func errBreakersUnavailable(err error) error {
 }
 
 func (c *cli) breakerList(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -60,11 +57,8 @@ func (c *cli) breakerList(ctx context.Context, cmd *command, args []string) erro
 }
 
 func (c *cli) breakerReset(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "DEP")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "DEP"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)

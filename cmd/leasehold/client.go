@@ -249,6 +249,16 @@ func (cmd *command) usagef(format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...)}
 }
 
+// parseArgs parses the flags and checks the positional arguments against
+// want, as every subcommand does first.
+func (cmd *command) parseArgs(args []string, want ...string) ([]string, error) {
+	pos, err := cmd.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	return pos, cmd.args(pos, want...)
+}
+
 // args checks the number of positional arguments.
 func (cmd *command) args(pos []string, want ...string) error {
 	if len(pos) < len(want) {

@@ -24,11 +24,8 @@ func (c *cli) dlqList(ctx context.Context, cmd *command, args []string) error {
 	includeAbandoned := cmd.fs.Bool("include-abandoned", false, "list abandoned dead jobs too")
 	limit := cmd.fs.Int("limit", 0, "page size; 0 = the server's default (50), at most 500")
 	pageToken := cmd.fs.String("page-token", "", "continue from a previous page")
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	if *limit < 0 {
@@ -66,11 +63,8 @@ func (c *cli) dlqList(ctx context.Context, cmd *command, args []string) error {
 }
 
 func (c *cli) dlqShow(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -112,11 +106,8 @@ func printDeadJob(out *printer, d *leaseholdv1.DeadJob) error {
 
 func (c *cli) dlqReplay(ctx context.Context, cmd *command, args []string) error {
 	reason := cmd.fs.String("reason", "", "why, recorded in the dead job's history")
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -142,11 +133,8 @@ func (c *cli) dlqReplay(ctx context.Context, cmd *command, args []string) error 
 
 func (c *cli) dlqAbandon(ctx context.Context, cmd *command, args []string) error {
 	reason := cmd.fs.String("reason", "", "why, recorded in the dead job's history")
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)

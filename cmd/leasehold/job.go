@@ -52,11 +52,8 @@ func (c *cli) jobCreate(ctx context.Context, cmd *command, args []string) error 
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempt budget; 0 = the queue's")
 	fs.Var(&meta, "meta", "metadata `key=value`; repeatable")
 	fs.StringVar(&dependency, "dependency", "", "external dependency the job needs (circuit breakers)")
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	if queue == "" || kind == "" {
@@ -141,11 +138,8 @@ func readLimited(r io.Reader) ([]byte, error) {
 }
 
 func (c *cli) jobGet(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -176,11 +170,8 @@ func (c *cli) jobList(ctx context.Context, cmd *command, args []string) error {
 	fs.StringVar(&kind, "kind", "", "only this kind")
 	fs.IntVar(&limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
 	fs.StringVar(&pageToken, "page-token", "", "continue from a previous page")
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	if limit < 0 {
@@ -237,11 +228,8 @@ func parseJobState(s string) (leaseholdv1.JobState, error) {
 
 func (c *cli) jobCancel(ctx context.Context, cmd *command, args []string) error {
 	reason := cmd.fs.String("reason", "", "why, recorded in the job's history")
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -267,11 +255,8 @@ func (c *cli) jobCancel(ctx context.Context, cmd *command, args []string) error 
 }
 
 func (c *cli) jobEvents(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -306,11 +291,8 @@ func (c *cli) jobEvents(ctx context.Context, cmd *command, args []string) error 
 }
 
 func (c *cli) jobWatch(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "ID")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "ID"); err != nil {
 		return err
 	}
 	conn, err := cmd.dial()

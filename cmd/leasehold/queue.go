@@ -25,11 +25,8 @@ func (c *cli) runQueue(ctx context.Context, args []string) int {
 }
 
 func (c *cli) queueList(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -53,11 +50,8 @@ func (c *cli) queueList(ctx context.Context, cmd *command, args []string) error 
 }
 
 func (c *cli) queueGet(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "Q")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "Q"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
@@ -158,11 +152,8 @@ func splitCodes(s string) []string {
 func (c *cli) queueSetPolicy(ctx context.Context, cmd *command, args []string) error {
 	var pf policyFlags
 	pf.register(cmd)
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "Q")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "Q"); err != nil {
 		return err
 	}
 	if !pf.apply(cmd, &leaseholdv1.QueuePolicy{}) {
@@ -207,11 +198,8 @@ func (c *cli) queueResume(ctx context.Context, cmd *command, args []string) erro
 }
 
 func (c *cli) queuePauseResume(ctx context.Context, cmd *command, args []string, pause bool) error {
-	pos, err := cmd.parse(args)
+	pos, err := cmd.parseArgs(args, "Q")
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos, "Q"); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)

@@ -83,11 +83,8 @@ func (c *cli) runWorker(ctx context.Context, args []string) int {
 }
 
 func (c *cli) workerList(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parse(args)
+	_, err := cmd.parseArgs(args)
 	if err != nil {
-		return err
-	}
-	if err := cmd.args(pos); err != nil {
 		return err
 	}
 	callCtx, conn, done, err := cmd.connect(ctx)
