@@ -30,6 +30,11 @@ var (
 	// ErrAlreadyReplayed is returned when abandoning a dead job that was
 	// already replayed.
 	ErrAlreadyReplayed = errors.New("dead job was already replayed")
+	// ErrReportMismatch is returned when a lease repeats a terminal report
+	// it already made (its answer was lost) but with another result or
+	// error: the first report stands, and the second is refused rather
+	// than silently ignored.
+	ErrReportMismatch = errors.New("the lease already reported a different outcome")
 	// ErrUnavailable is returned when the database cannot be reached or the
 	// transaction could not be serialised after retries; the call may be
 	// retried.

@@ -20,6 +20,11 @@ type EngineOptions struct {
 	// ...). An error aborts the transaction. It exists for fault-injection
 	// tests; production leaves it nil.
 	BeforeCommit func(op string) error
+	// ReportsQueued, when set, is called each time a report joins the
+	// group committer's queue, with the number of items then waiting. It
+	// exists so that tests can hold a flush and know when the next batch
+	// has gathered, without sleeping; production leaves it nil.
+	ReportsQueued func(queued int)
 }
 
 // WithDefaults returns a copy with unset fields filled in.

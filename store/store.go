@@ -83,6 +83,13 @@ type Store interface {
 	// the attempt (attempts - 1). If a cancel was requested the job becomes
 	// CANCELLED instead.
 	Release(ctx context.Context, p ReleaseParams) (*Job, error)
+	// ApplyReports applies lease-bound reports (renewals, completions,
+	// retries, holder cancels, releases) in one transaction, judged in
+	// order as if each ran alone, and answers each: a report whose fence
+	// does not hold gets its own ErrLeaseLost (or the replayed outcome)
+	// without failing the others. Every other report method goes through
+	// the same batching, so concurrent callers share commits.
+	ApplyReports(ctx context.Context, reports []Report) ([]ReportResult, error)
 	// RequestCancel is a client's cancel: QUEUED → CANCELLED at once; LEASED
 	// → cancel_requested (no new claims; the holder learns it on renew);
 	// repeated requests on a cancel-requested job return it unchanged;

@@ -16,6 +16,7 @@ import (
 	// database/sql).
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
 )
@@ -41,6 +42,13 @@ const txAttempts = 5
 
 // Store is the PostgreSQL engine. It is safe for concurrent use.
 type Store struct {
+	// Reporter implements the lease-bound reports (Renew, Complete, Retry,
+	// CancelByHolder, Release, ApplyReports) through reports.
+	store.Reporter
+	// reports is the group committer: every report of every caller joins
+	// a batch that applyReports applies in one transaction.
+	reports *groupcommit.Committer[store.Report, store.ReportResult]
+
 	pool   *pgxpool.Pool
 	cfg    Config
 	opts   store.EngineOptions
@@ -102,7 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	closeCtx, closeFn := context.WithCancel(context.Background())
-	return &Store{
+	s := &Store{
 		pool:     pool,
 		cfg:      cfg,
 		opts:     cfg.Options.WithDefaults(),
@@ -110,7 +118,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		channel:  channelFor(schema),
 		closeCtx: closeCtx,
 		closeFn:  closeFn,
-	}, nil
+	}
+	s.reports = groupcommit.New(groupcommit.Config[store.Report, store.ReportResult]{
+		Flush: s.applyReports, Queued: s.opts.ReportsQueued,
+	})
+	s.Reporter = store.Reporter{Submit: s.submitReports}
+	return s, nil
 }
 
 // Migrate applies every pending migration to the database at databaseURL.
@@ -143,9 +156,11 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return now.UTC(), nil
 }
 
-// Close stops the listeners and closes the pool. It is safe to call twice.
+// Close applies the reports already submitted, stops the listeners and
+// closes the pool. It is safe to call twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.reports.Close()
 		s.listenersMu.Lock()
 		s.closed = true
 		s.listenersMu.Unlock()
@@ -248,7 +263,7 @@ func isDomainError(err error) bool {
 	for _, target := range []error{
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrIdempotencyConflict,
 		store.ErrInvalid, store.ErrAlreadyFinal, store.ErrNotDead,
-		store.ErrAbandoned, store.ErrAlreadyReplayed,
+		store.ErrAbandoned, store.ErrAlreadyReplayed, store.ErrReportMismatch,
 		context.Canceled, context.DeadlineExceeded,
 	} {
 		if errors.Is(err, target) {

@@ -469,3 +469,95 @@ const (
 	DELETE FROM idempotency_keys k USING victims v
 	WHERE k.tenant = v.tenant AND k.operation = v.operation AND k.key = v.key`
 )
+
+// Batched reports (store.ApplyReports). Each statement takes parallel
+// arrays, one element per report, and carries every row's own tenant and
+// fence.
+const (
+	// qLockLeases locks the jobs whose current, unexpired lease is one of
+	// the tokens ($1 tenants, $2 job ids, $3 workers, $4 generations),
+	// judged at $5 (NULL elements: the database clock), in (tenant, id)
+	// order: the lock step sits above the sort, so two batches lock in the
+	// same order and never deadlock. A token whose fence does not hold
+	// returns no row. Each row carries its 1-based position in the arrays,
+	// the instant it was judged at and the job's latest checkpoint.
+	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
+		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
+		WITH ORDINALITY AS r(tenant, id, owner, generation, now, ord)
+	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
+	LEFT JOIN LATERAL (
+		SELECT cp.id, cp.job_id, cp.phase, cp.state, cp.generation, cp.parent_id, cp.created_at
+		FROM job_checkpoints cp WHERE cp.tenant = j.tenant AND cp.job_id = j.id
+		ORDER BY cp.seq DESC LIMIT 1
+	) c ON true
+	WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
+	  AND j.lease_expires_at > coalesce(r.now, now())
+	ORDER BY j.tenant, j.id
+	FOR UPDATE OF j`
+
+	// qInspectLeases reads, for reports whose fence did not hold, each
+	// job and the attempt row of the report's generation.
+	qInspectLeases = `SELECT ` + jobColumnsJ + `, r.ord,
+		a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message, a.error_retryable
+	FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(tenant, id, generation, ord)
+	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
+	LEFT JOIN job_attempts a ON a.tenant = r.tenant AND a.job_id = r.id AND a.generation = r.generation`
+
+	// qPoliciesForTenantQueues reads the stored policies of (tenant,
+	// queue) pairs.
+	qPoliciesForTenantQueues = `SELECT tenant, ` + policyColumns + ` FROM queue_policies
+	WHERE (tenant, queue) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+
+	// qLeaveLeases applies decided transitions (store.Transition) to jobs
+	// whose leases were locked by qLockLeases, the fence repeated per row:
+	// $6 state, $7 available_at (NULL: unchanged), $8 finished_at, $9 1 to
+	// give the attempt back, $10 result (stored when succeeded), $11 whether
+	// $12–$14 become the last error, $15 how many event sequences the
+	// caller appends.
+	qLeaveLeases = `UPDATE jobs j
+	SET state = u.state,
+	    available_at = coalesce(u.available_at, j.available_at),
+	    finished_at = u.finished_at,
+	    lease_expires_at = NULL,
+	    attempts = j.attempts - u.refund,
+	    result = CASE WHEN u.state = 'succeeded' THEN u.result ELSE j.result END,
+	    last_error_code = CASE WHEN u.set_error THEN u.code ELSE j.last_error_code END,
+	    last_error_message = CASE WHEN u.set_error THEN u.message ELSE j.last_error_message END,
+	    last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
+	    last_event_seq = j.last_event_seq + u.nevents
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[],
+		$7::timestamptz[], $8::timestamptz[], $9::int[], $10::bytea[], $11::bool[], $12::text[],
+		$13::text[], $14::bool[], $15::int[])
+		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
+		     set_error, code, message, retryable, nevents)
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
+	  AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`
+
+	// qInsertEventsMulti appends events of several tenants' jobs whose
+	// sequences the caller reserved.
+	qInsertEventsMulti = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+	SELECT e.tenant, e.job_id, e.seq, e.type, e.at, e.data::jsonb
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[])
+		AS e(tenant, job_id, seq, type, at, data)`
+
+	// qCloseAttemptsMulti ends attempt rows, each with its own outcome and
+	// error ($6: whether $7–$9 are set).
+	qCloseAttemptsMulti = `UPDATE job_attempts a
+	SET outcome = u.outcome, finished_at = u.at,
+	    error_code = CASE WHEN u.has_error THEN u.code END,
+	    error_message = CASE WHEN u.has_error THEN u.message END,
+	    error_retryable = CASE WHEN u.has_error THEN u.retryable END
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::bool[],
+		$7::text[], $8::text[], $9::bool[])
+		AS u(tenant, job_id, generation, outcome, at, has_error, code, message, retryable)
+	WHERE a.tenant = u.tenant AND a.job_id = u.job_id AND a.generation = u.generation`
+
+	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
+	// was judged at.
+	qRenewLeases = `UPDATE jobs j SET lease_expires_at = u.expires
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+		AS u(tenant, id, owner, generation, now, expires)
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
+	  AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`
+)

@@ -9,13 +9,19 @@ package sqlite
 
 // jobSelect reads a job together with its latest checkpoint (the one with
 // the highest seq). Callers append a WHERE clause on j.
-const jobSelect = `
+const jobSelect = jobSelectColumns + jobSelectFrom
+
+// jobSelectColumns and jobSelectFrom are jobSelect's two halves, so that a
+// statement can read more columns of the job after the ones scanJob reads.
+const jobSelectColumns = `
 SELECT j.tenant, j.id, j.queue, j.kind, j.payload, j.metadata, j.priority, j.state,
        j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
        j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
        j.last_error_code, j.last_error_message, j.last_error_retryable, j.result,
        j.replay_of, j.replayed_as, j.abandoned, j.dependency,
-       c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at
+       c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at`
+
+const jobSelectFrom = `
 FROM jobs j
 LEFT JOIN job_checkpoints c
        ON c.tenant = j.tenant AND c.job_id = j.id
@@ -211,50 +217,37 @@ const leaseHeld = `
 WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
   AND lease_owner = ?3 AND lease_generation = ?4 AND lease_expires_at > ?5`
 
+// qHeldJob reads the whole job only while the token's lease is current
+// (?1-?5 as leaseHeld), with the columns a report's decision needs.
+const qHeldJob = jobSelectColumns + `, j.cancel_reason, j.last_event_seq` + jobSelectFrom + `
+WHERE j.tenant = ?1 AND j.id = ?2 AND j.state = 'leased'
+  AND j.lease_owner = ?3 AND j.lease_generation = ?4 AND j.lease_expires_at > ?5`
+
+// qLeaveLease applies a decided transition (store.Transition) to the job
+// the token holds: ?6 state, ?7 available_at (NULL: unchanged), ?8
+// finished_at, ?9 1 to give the attempt back, ?10 result (stored when
+// succeeded), ?11 whether ?12-?14 become the last error, ?15 how many event
+// sequences the caller appends.
+const qLeaveLease = `
+UPDATE jobs
+SET state = ?6, available_at = coalesce(?7, available_at), finished_at = ?8, lease_expires_at = NULL,
+    attempts = attempts - ?9,
+    result = CASE WHEN ?6 = 'succeeded' THEN ?10 ELSE result END,
+    last_error_code = CASE WHEN ?11 THEN ?12 ELSE last_error_code END,
+    last_error_message = CASE WHEN ?11 THEN ?13 ELSE last_error_message END,
+    last_error_retryable = CASE WHEN ?11 THEN ?14 ELSE last_error_retryable END,
+    last_event_seq = last_event_seq + ?15` + leaseHeld
+
+// qRenewLease extends the token's current lease to ?6.
+const qRenewLease = `UPDATE jobs SET lease_expires_at = ?6` + leaseHeld
+
+// qInspectAttempt reads the attempt row of one generation.
+const qInspectAttempt = `
+SELECT attempt, worker_id, outcome, error_code, error_message, error_retryable FROM job_attempts
+WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3`
+
 // qLockLease reads the job only while the token's lease is current.
 const qLockLease = `SELECT queue, attempts, max_attempts, retry_deadline, cancel_requested, cancel_reason FROM jobs` + leaseHeld
-
-// qRenew extends a current lease by ?6 microseconds, or by the queue's
-// default lease when ?6 is 0.
-const qRenew = `
-UPDATE jobs
-SET lease_expires_at = ?5 + CASE WHEN ?6 > 0 THEN ?6 ELSE coalesce(
-        (SELECT p.default_lease_duration_ns / 1000 FROM queue_policies p
-          WHERE p.tenant = jobs.tenant AND p.queue = jobs.queue), ?7) END` + leaseHeld + `
-RETURNING lease_expires_at, cancel_requested`
-
-// qComplete finishes a job the token holds as SUCCEEDED.
-const qComplete = `
-UPDATE jobs
-SET state = 'succeeded', result = ?6, finished_at = ?5, lease_expires_at = NULL` + leaseHeld + `
-RETURNING attempts`
-
-// qRetryQueued reschedules a failed attempt.
-const qRetryQueued = `
-UPDATE jobs
-SET state = 'queued', available_at = ?6, lease_expires_at = NULL,
-    last_error_code = ?7, last_error_message = ?8, last_error_retryable = ?9` + leaseHeld
-
-// qRetryFinal ends a failed attempt's job as FAILED, DEAD or, when its
-// cancellation was requested, CANCELLED (?6).
-const qRetryFinal = `
-UPDATE jobs
-SET state = ?6, finished_at = ?5, lease_expires_at = NULL,
-    last_error_code = ?7, last_error_message = ?8, last_error_retryable = ?9` + leaseHeld
-
-// qCancelLeased ends the token's job as CANCELLED; the reason ?6 replaces
-// the stored one only when given.
-const qCancelLeased = `
-UPDATE jobs
-SET state = 'cancelled', finished_at = ?5, lease_expires_at = NULL,
-    cancel_reason = CASE WHEN ?6 <> '' THEN ?6 ELSE cancel_reason END` + leaseHeld + `
-RETURNING attempts`
-
-// qRelease gives a job back: QUEUED, available now, attempt not spent.
-const qRelease = `
-UPDATE jobs
-SET state = 'queued', available_at = ?5, lease_expires_at = NULL, attempts = attempts - 1` + leaseHeld + `
-RETURNING queue, attempts`
 
 // qCancelQueued is a client's cancel of a QUEUED job.
 const qCancelQueued = `
@@ -420,8 +413,8 @@ var statements = []string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
 	qActiveLeases, qCancelExpiredRequested, qDeadLetterExpired, qClaim, qClaimOneQueue,
-	qExpireAttempt, qInsertAttempt, qCloseAttempt, qLockLease, qRenew, qComplete,
-	qRetryQueued, qRetryFinal, qCancelLeased, qRelease, qCancelQueued,
+	qExpireAttempt, qInsertAttempt, qCloseAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
+	qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,

@@ -84,8 +84,8 @@ type jobRow struct {
 	abandoned  bool
 }
 
-// scanJob reads one row of jobSelect.
-func scanJob(r rowScanner) (*jobRow, error) {
+// scanJob reads one row of jobSelect, then extra columns.
+func scanJob(r rowScanner, extra ...any) (*jobRow, error) {
 	var (
 		j                                store.Job
 		metadata, state                  string
@@ -100,12 +100,13 @@ func scanJob(r rowScanner) (*jobRow, error) {
 		cpGeneration, cpCreated          sql.NullInt64
 		payload, result                  []byte
 	)
-	err := r.Scan(&j.Tenant, &j.ID, &j.Queue, &j.Kind, &payload, &metadata, &j.Priority, &state,
+	dest := []any{&j.Tenant, &j.ID, &j.Queue, &j.Kind, &payload, &metadata, &j.Priority, &state,
 		&j.Attempts, &j.MaxAttempts, &j.LeaseOwner, &j.LeaseGeneration, &leaseExpires,
 		&cancelRequested, &createdAt, &availableAt, &finished, &deadline,
 		&errCode, &errMessage, &errRetryable, &result,
 		&j.ReplayOf, &replayedAs, &abandoned, &j.Dependency,
-		&cpID, &cpPhase, &cpState, &cpGeneration, &cpParent, &cpCreated)
+		&cpID, &cpPhase, &cpState, &cpGeneration, &cpParent, &cpCreated}
+	err := r.Scan(append(dest, extra...)...)
 	if err != nil {
 		return nil, err
 	}

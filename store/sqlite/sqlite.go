@@ -14,6 +14,7 @@ import (
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
 )
@@ -89,6 +90,13 @@ func validatePath(path string) error {
 // Store is the SQLite engine. It implements store.Store and
 // store.JobNotifier. It is safe for concurrent use.
 type Store struct {
+	// Reporter implements the lease-bound reports (Renew, Complete, Retry,
+	// CancelByHolder, Release, ApplyReports) through reports.
+	store.Reporter
+	// reports is the group committer: every report of every caller joins
+	// a batch that applyReports applies in one write transaction.
+	reports *groupcommit.Committer[store.Report, store.ReportResult]
+
 	// db is the write pool: exactly one connection, every transaction BEGIN
 	// IMMEDIATE. Never use it for a read outside a write transaction, and
 	// never use db or rdb inside one (the single connection is held).
@@ -197,6 +205,10 @@ func open(ctx context.Context, cfg Config, wait lockWait) (_ *Store, err error) 
 	if s.rstmts, err = prepare(ctx, s.rdb); err != nil {
 		return nil, fmt.Errorf("prepare statements: %w", interpretError(err))
 	}
+	s.reports = groupcommit.New(groupcommit.Config[store.Report, store.ReportResult]{
+		Flush: s.applyReports, Queued: s.opts.ReportsQueued,
+	})
+	s.Reporter = store.Reporter{Submit: s.submitReports}
 	return s, nil
 }
 
@@ -295,6 +307,8 @@ func (s *Store) Now(context.Context) (time.Time, error) {
 // more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// Reports already submitted are applied before the pools close.
+		s.reports.Close()
 		s.notifier.close()
 		s.closeErr = s.closePools()
 	})

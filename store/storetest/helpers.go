@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +55,25 @@ type faults struct {
 	randomIDs atomic.Bool
 	// rnd holds the float64 bits of the pinned jitter factor.
 	rnd atomic.Uint64
+	// gate, when set, holds one commit at BeforeCommit (gateCommits).
+	gate atomic.Pointer[gateFor]
+	// onQueued, when set, is told how many reports wait in the committer
+	// (whenQueued).
+	onQueued atomic.Pointer[func(int)]
+}
+
+// whenQueued returns a channel closed once at least n reports wait in the
+// store's committer: a barrier for tests that hold a flush.
+func (f *faults) whenQueued(n int) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	fn := func(queued int) {
+		if queued >= n {
+			once.Do(func() { close(ch) })
+		}
+	}
+	f.onQueued.Store(&fn)
+	return ch
 }
 
 func newFaults() *faults {
@@ -84,8 +104,14 @@ func (f *faults) options() store.EngineOptions {
 			}
 			return store.NewID()
 		},
+		ReportsQueued: func(n int) {
+			if fn := f.onQueued.Load(); fn != nil {
+				(*fn)(n)
+			}
+		},
 		BeforeCommit: func(op string) error {
 			f.commits.Add(1)
+			f.gate.Load().pass(op)
 			if p := f.failOn.Load(); p != nil && (*p == "*" || *p == op) {
 				return fmt.Errorf("%w (op %q)", errInjected, op)
 			}

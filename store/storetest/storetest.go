@@ -92,6 +92,7 @@ func Run(t *testing.T, h Harness) {
 		terminalTests(),
 		retentionTests(),
 		concurrencyTests(),
+		batchTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,316 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/leasehold/leasehold/internal/groupcommit"
+	"github.com/leasehold/leasehold/store"
+)
+
+// submitReports hands reports to the store's group committer, which applies
+// them with other callers' reports in one transaction (applyReports).
+func (s *Store) submitReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
+	res, err := s.reports.Do(ctx, reports...)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+	}
+	return res, err
+}
+
+// applyReports is the committer's flush: one transaction for the whole
+// batch, decided by store.ApplyReports.
+func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
+	var out []store.ReportResult
+	err := s.withTx(ctx, "report", func(tx pgx.Tx) error {
+		var err error
+		out, err = store.ApplyReports(ctx, reportTx{tx: tx, channel: s.channel}, reports, s.opts.Rand)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// reportTx runs store.ApplyReports' SQL in one transaction.
+type reportTx struct {
+	tx      pgx.Tx
+	channel string
+}
+
+var _ store.ReportTx = reportTx{}
+
+// nowArgs is a nullable timestamptz array: NULL (the database clock) for
+// zero times.
+func nowArgs(ts []time.Time) []pgtype.Timestamptz {
+	out := make([]pgtype.Timestamptz, len(ts))
+	for i, t := range ts {
+		if !t.IsZero() {
+			out[i] = pgtype.Timestamptz{Time: normTime(t), Valid: true}
+		}
+	}
+	return out
+}
+
+// LockLeases implements store.ReportTx with one statement (qLockLeases).
+func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[int]store.Held, error) {
+	n := len(refs)
+	tenants, ids, owners := make([]string, n), make([]string, n), make([]string, n)
+	gens, nows := make([]int64, n), make([]time.Time, n)
+	for i, ref := range refs {
+		tenants[i], ids[i], owners[i], gens[i], nows[i] = ref.Tenant, ref.Token.JobID, ref.Token.WorkerID, ref.Token.Generation, ref.Now
+	}
+	rows, err := r.tx.Query(ctx, qLockLeases, tenants, ids, owners, gens, nowArgs(nows))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int]store.Held, n)
+	for rows.Next() {
+		var (
+			ord int64
+			at  time.Time
+			cp  checkpointCols
+		)
+		rec, err := scanJob(rows, append([]any{&ord, &at}, cp.dest()...)...)
+		if err != nil {
+			return nil, err
+		}
+		rec.job.Checkpoint = cp.checkpoint()
+		out[int(ord)-1] = store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC()}
+	}
+	return out, rows.Err()
+}
+
+// checkpointCols scans the nullable latest-checkpoint columns of a join.
+type checkpointCols struct {
+	id, jobID, phase, parent *string
+	state                    []byte
+	generation               *int64
+	created                  *time.Time
+}
+
+func (c *checkpointCols) dest() []any {
+	return []any{&c.id, &c.jobID, &c.phase, &c.state, &c.generation, &c.parent, &c.created}
+}
+
+func (c *checkpointCols) checkpoint() *store.Checkpoint {
+	if c.id == nil {
+		return nil
+	}
+	return &store.Checkpoint{
+		ID: *c.id, JobID: *c.jobID, Phase: *c.phase, State: nilIfEmpty(c.state),
+		LeaseGeneration: *c.generation, ParentID: *c.parent, CreatedAt: c.created.UTC(),
+	}
+}
+
+// QueuePolicies implements store.ReportTx.
+func (r reportTx) QueuePolicies(ctx context.Context, queues []store.QueueRef) (map[store.QueueRef]store.QueuePolicy, error) {
+	out := make(map[store.QueueRef]store.QueuePolicy, len(queues))
+	if len(queues) == 0 {
+		return out, nil
+	}
+	tenants, names := make([]string, len(queues)), make([]string, len(queues))
+	for i, q := range queues {
+		tenants[i], names[i] = q.Tenant, q.Queue
+	}
+	rows, err := r.tx.Query(ctx, qPoliciesForTenantQueues, tenants, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tenant string
+		p, err := scanPolicy(prefixed{rows, &tenant})
+		if err != nil {
+			return nil, err
+		}
+		out[store.QueueRef{Tenant: tenant, Queue: p.Queue}] = *p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
+		if _, ok := out[q]; !ok {
+			out[q] = store.DefaultQueuePolicy(q.Queue)
+		}
+	}
+	return out, nil
+}
+
+// prefixed scans leading columns into pre before the row's scanner.
+type prefixed struct {
+	row pgx.Row
+	pre *string
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.row.Scan(append([]any{p.pre}, dest...)...) }
+
+// Inspect implements store.ReportTx with one statement (qInspectLeases).
+func (r reportTx) Inspect(ctx context.Context, refs []store.LeaseRef) (map[int]store.Inspected, error) {
+	n := len(refs)
+	tenants, ids, gens := make([]string, n), make([]string, n), make([]int64, n)
+	for i, ref := range refs {
+		tenants[i], ids[i], gens[i] = ref.Tenant, ref.Token.JobID, ref.Token.Generation
+	}
+	rows, err := r.tx.Query(ctx, qInspectLeases, tenants, ids, gens)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int]store.Inspected, n)
+	for rows.Next() {
+		var (
+			ord                 int64
+			worker, outcome     *string
+			attempt             *int32
+			errCode, errMessage *string
+			errRetryable        *bool
+		)
+		rec, err := scanJob(rows, &ord, &attempt, &worker, &outcome, &errCode, &errMessage, &errRetryable)
+		if err != nil {
+			return nil, err
+		}
+		got := store.Inspected{Job: rec.job}
+		if worker != nil {
+			a := &store.Attempt{JobID: rec.job.ID, Attempt: *attempt, LeaseGeneration: gens[ord-1], WorkerID: *worker, Outcome: store.AttemptOutcome(*outcome)}
+			if errCode != nil {
+				a.Error = &store.JobError{Code: *errCode, Message: deref(errMessage), Retryable: errRetryable != nil && *errRetryable}
+			}
+			got.Attempt = a
+		}
+		out[int(ord)-1] = got
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Answers carry the latest checkpoint, like every job the store returns.
+	for _, got := range out {
+		if err := attachCheckpoint(ctx, r.tx, got.Job); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Apply implements store.ReportTx: every change of the batch in one
+// pipelined round trip of set-based statements, each row carrying its
+// fence.
+func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
+	b := &pgx.Batch{}
+	var leaves, renewals int
+	if n := len(c.Leaves); n > 0 {
+		leaves = n
+		var (
+			tenants, ids, owners, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			gens                         = make([]int64, n)
+			nows, available, finished    = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+			refunds, nevents             = make([]int32, n), make([]int32, n)
+			results                      = make([][]byte, n)
+			setErr, retryable            = make([]bool, n), make([]bool, n)
+			codes, messages              = make([]string, n), make([]string, n)
+			// attempt rows
+			outcomes            = make([]string, n)
+			aHasErr, aRetryable = make([]bool, n), make([]bool, n)
+			aCodes, aMessages   = make([]string, n), make([]string, n)
+			evs                 multiEventBatch
+		)
+		for i, l := range c.Leaves {
+			t := l.Transition
+			tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
+			nows[i], available[i] = l.Now, t.AvailableAt
+			if t.Finished() {
+				finished[i] = l.Now
+			}
+			if t.Refund {
+				refunds[i] = 1
+			}
+			results[i] = t.Result
+			if e := t.LastError; e != nil {
+				setErr[i], codes[i], messages[i], retryable[i] = true, e.Code, e.Message, e.Retryable
+			}
+			nevents[i] = int32(len(t.Events))
+			outcomes[i] = string(t.Outcome)
+			if e := t.AttemptError; e != nil {
+				aHasErr[i], aCodes[i], aMessages[i], aRetryable[i] = true, e.Code, e.Message, e.Retryable
+			}
+			for k, e := range t.Events {
+				evs.add(l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), l.Now, e)
+			}
+		}
+		b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
+			nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents)
+		b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
+		b.Queue(qCloseAttemptsMulti, tenants, ids, gens, outcomes, nowArgs(nows), aHasErr, aCodes, aMessages, aRetryable)
+	}
+	if n := len(c.Renewals); n > 0 {
+		renewals = n
+		tenants, ids, owners := make([]string, n), make([]string, n), make([]string, n)
+		gens, nows, expires := make([]int64, n), make([]time.Time, n), make([]time.Time, n)
+		for i, rn := range c.Renewals {
+			tenants[i], ids[i], owners[i], gens[i], nows[i], expires[i] = rn.Tenant, rn.Token.JobID, rn.Token.WorkerID, rn.Token.Generation, rn.Now, rn.ExpiresAt
+		}
+		b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
+	}
+	for _, q := range c.Wake {
+		b.Queue(qNotify, r.channel, encodeNotification(q.Tenant, q.Queue))
+	}
+	br := r.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if leaves > 0 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if int(tag.RowsAffected()) != leaves {
+			// Impossible under the locks LockLeases took; refuse rather than
+			// commit events for jobs that did not move.
+			return fmt.Errorf("report batch: %d of %d leases moved", tag.RowsAffected(), leaves)
+		}
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+	}
+	if renewals > 0 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if int(tag.RowsAffected()) != renewals {
+			return fmt.Errorf("report batch: %d of %d leases renewed", tag.RowsAffected(), renewals)
+		}
+	}
+	return br.Close()
+}
+
+// multiEventBatch collects events of several tenants' jobs for one
+// qInsertEventsMulti (its fields are the statement's arrays).
+type multiEventBatch struct {
+	tenants, jobIDs, types, data []string
+	seqs                         []int64
+	at                           []time.Time
+}
+
+func (b *multiEventBatch) add(tenant, jobID string, seq int64, at time.Time, e store.NewEvent) {
+	b.tenants = append(b.tenants, tenant)
+	b.jobIDs = append(b.jobIDs, jobID)
+	b.seqs = append(b.seqs, seq)
+	b.types = append(b.types, string(e.Type))
+	b.at = append(b.at, at)
+	b.data = append(b.data, e.Data)
+}

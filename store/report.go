@@ -1,0 +1,505 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ReportKind names a lease-bound report.
+type ReportKind uint8
+
+// The reports. Every one is fenced by its token: it applies only while the
+// token is the job's current, unexpired lease.
+const (
+	// ReportRenew extends the lease.
+	ReportRenew ReportKind = iota + 1
+	// ReportComplete finishes the job SUCCEEDED.
+	ReportComplete
+	// ReportRetry reports a failed attempt (see DecideFailure).
+	ReportRetry
+	// ReportCancel is the holder's cancel (see DecideCancelByHolder).
+	ReportCancel
+	// ReportRelease gives the job back (see DecideRelease).
+	ReportRelease
+)
+
+func (k ReportKind) String() string {
+	switch k {
+	case ReportRenew:
+		return "renew"
+	case ReportComplete:
+		return "complete"
+	case ReportRetry:
+		return "retry"
+	case ReportCancel:
+		return "cancel"
+	case ReportRelease:
+		return "release"
+	}
+	return fmt.Sprintf("report(%d)", uint8(k))
+}
+
+// Report is one lease-bound report. Only the fields of its kind are read.
+type Report struct {
+	Kind   ReportKind
+	Tenant string
+	Token  LeaseToken
+	// Result of a Complete.
+	Result []byte
+	// Error and RetryAfter of a Retry.
+	Error      JobError
+	RetryAfter time.Duration
+	// Reason of a Cancel.
+	Reason string
+	// LeaseDuration of a Renew; zero means the queue's default lease.
+	LeaseDuration time.Duration
+	// Now is the instant to judge the fence at; zero means the store's
+	// clock.
+	Now time.Time
+}
+
+// ReportResult is the answer to one report: exactly what the caller would
+// have got had it been applied alone.
+type ReportResult struct {
+	// Job is the job after a Complete, Retry, Cancel or Release.
+	Job *Job
+	// Renew is a Renew's answer.
+	Renew RenewResult
+	// Err is the report's own refusal: ErrLeaseLost, ErrNotFound or
+	// ErrReportMismatch. A fault of the whole batch is returned by
+	// ApplyReports instead.
+	Err error
+}
+
+// ValidateReport checks a report's fields before it joins a batch, so that
+// one bad report never fails the others.
+func ValidateReport(r Report) error {
+	if err := ValidateLeaseCall(r.Tenant, r.Token); err != nil {
+		return err
+	}
+	switch r.Kind {
+	case ReportRenew:
+		return ValidateLeaseDuration("lease_duration", r.LeaseDuration, true)
+	case ReportComplete:
+		return ValidateBlob("result", r.Result)
+	case ReportRetry:
+		if err := ValidateJobError(r.Error); err != nil {
+			return err
+		}
+		return ValidateRetryAfter(r.RetryAfter)
+	case ReportCancel:
+		return ValidateReason(r.Reason)
+	case ReportRelease:
+		return nil
+	}
+	return Invalid("kind", "unknown report kind")
+}
+
+// ReportTx is what applying a batch of reports needs from an engine's
+// write transaction. Its methods run SQL and decide nothing; ApplyReports
+// decides.
+type ReportTx interface {
+	// LockLeases locks the jobs whose current, unexpired lease (judged at
+	// each ref's Now, or the store's clock when zero) is the ref's token,
+	// in (tenant, id) order so that two batches never wait on each other in
+	// a cycle, and returns them by index into refs. A ref whose fence does
+	// not hold is simply absent.
+	LockLeases(ctx context.Context, refs []LeaseRef) (map[int]Held, error)
+	// QueuePolicies returns the effective policy of each queue.
+	QueuePolicies(ctx context.Context, queues []QueueRef) (map[QueueRef]QueuePolicy, error)
+	// Inspect reads, without locking, each ref's job (nil when the tenant
+	// has no such job) and the attempt row of the token's generation (nil
+	// when there is none), by index into refs.
+	Inspect(ctx context.Context, refs []LeaseRef) (map[int]Inspected, error)
+	// Apply writes the changes: every Leave and Renewal carries its own
+	// fence, and a fence that no longer holds is an error (it cannot happen
+	// under the locks LockLeases took).
+	Apply(ctx context.Context, c Changes) error
+}
+
+// LeaseRef is a report's fence: tenant, token and the instant to judge it
+// at (zero: the store's clock).
+type LeaseRef struct {
+	Tenant string
+	Token  LeaseToken
+	Now    time.Time
+}
+
+// Inspected is a job and one of its attempts, read to answer a report
+// whose fence did not hold.
+type Inspected struct {
+	Job     *Job
+	Attempt *Attempt
+}
+
+// Changes is what a batch of reports writes.
+type Changes struct {
+	Leaves   []Leave
+	Renewals []Renewal
+	// Wake lists the queues that got jobs back (once each).
+	Wake []QueueRef
+}
+
+// Leave moves one leased job out of its lease.
+type Leave struct {
+	Tenant string
+	Token  LeaseToken
+	// Queue is the job's queue.
+	Queue string
+	// FirstSeq is the sequence of the transition's first event.
+	FirstSeq int64
+	// Now is the instant of the change (finished_at, event times).
+	Now        time.Time
+	Transition Transition
+}
+
+// Renewal extends one lease.
+type Renewal struct {
+	Tenant    string
+	Token     LeaseToken
+	ExpiresAt time.Time
+	// Now is the instant the renewal was judged at; the lease must still
+	// be unexpired then.
+	Now time.Time
+}
+
+// ApplyReports decides and applies a batch of reports inside tx: the
+// reports are judged in order, as if each ran alone after the ones before
+// it, and each gets its own answer. rnd draws retry jitter.
+//
+//  1. Every report's fence is checked and its job locked at once
+//     (LockLeases).
+//  2. Each report whose lease holds is decided (DecideComplete,
+//     DecideFailure, …, or a renewal); the job is then no longer leased
+//     for the reports after it in the batch.
+//  3. Every other report is answered from what it finds (see
+//     AnswerUnheld): a job this batch already ended is judged against the
+//     batch's own transition, any other against the committed row.
+//  4. The transitions and renewals are written (Apply), set-based where
+//     the engine can.
+//
+// An error from tx fails the whole batch: nothing may be acknowledged that
+// was not committed, so the caller answers every report with it.
+func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func() float64) ([]ReportResult, error) {
+	refs := make([]LeaseRef, len(reports))
+	for i, r := range reports {
+		refs[i] = LeaseRef{Tenant: r.Tenant, Token: r.Token, Now: r.Now}
+	}
+	held, err := tx.LockLeases(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	policies, err := tx.QueuePolicies(ctx, policiesNeeded(reports, held))
+	if err != nil {
+		return nil, err
+	}
+
+	type jobKey struct{ tenant, id string }
+	type ended struct {
+		report Report
+		job    *Job
+		t      Transition
+	}
+	var (
+		out      = make([]ReportResult, len(reports))
+		changes  Changes
+		current  = map[jobKey]Held{}  // leases still held in this batch
+		finished = map[jobKey]ended{} // leases this batch ended
+		unheld   []int
+		woken    = map[QueueRef]bool{}
+		// renewals holds one renewal per job, the batch's last: a job
+		// renewed twice is written once, and one that a later report
+		// ends is not renewed at all.
+		renewals = map[jobKey]Renewal{}
+		renewOrd []jobKey
+	)
+	for i, r := range reports {
+		key := jobKey{r.Tenant, r.Token.JobID}
+		h, locked := held[i]
+		if locked {
+			if prev, ok := current[key]; ok {
+				h = prev // an earlier report of the batch renewed it
+			} else if _, gone := finished[key]; gone {
+				locked = false // an earlier report of the batch ended it
+			}
+		}
+		if !locked {
+			if e, ok := finished[key]; ok {
+				out[i] = answerEnded(r, e.report, e.job)
+			} else {
+				unheld = append(unheld, i)
+			}
+			continue
+		}
+		if r.Kind == ReportRenew {
+			d := r.LeaseDuration
+			if d == 0 {
+				d = cmp.Or(policies[QueueRef{r.Tenant, h.Job.Queue}].DefaultLeaseDuration, LeaseDurationDefault)
+			}
+			expires := h.Now.Add(d).UTC().Truncate(time.Microsecond)
+			h.Job.LeaseExpiresAt = expires
+			current[key] = h
+			if _, ok := renewals[key]; !ok {
+				renewOrd = append(renewOrd, key)
+			}
+			renewals[key] = Renewal{Tenant: r.Tenant, Token: r.Token, ExpiresAt: expires, Now: h.Now}
+			status := RenewRenewed
+			if h.Job.CancelRequested {
+				// Still extended: the holder needs time to acknowledge.
+				status = RenewCancelRequested
+			}
+			out[i] = ReportResult{Renew: RenewResult{Token: r.Token, Status: status, ExpiresAt: expires}}
+			continue
+		}
+		var t Transition
+		switch r.Kind {
+		case ReportComplete:
+			t = DecideComplete(h, r.Token, r.Result)
+		case ReportRetry:
+			policy := policies[QueueRef{r.Tenant, h.Job.Queue}]
+			t = DecideFailure(policy.Retry, h, r.Token, r.Error, r.RetryAfter, rnd())
+		case ReportCancel:
+			t = DecideCancelByHolder(r.Token, r.Reason)
+		case ReportRelease:
+			t = DecideRelease(h, r.Token)
+		default:
+			return nil, fmt.Errorf("report %d: unknown kind %v", i, r.Kind)
+		}
+		job := t.Apply(h.Job, h.Now)
+		delete(current, key)
+		delete(renewals, key)
+		finished[key] = ended{report: r, job: job, t: t}
+		changes.Leaves = append(changes.Leaves, Leave{
+			Tenant: r.Tenant, Token: r.Token, Queue: h.Job.Queue,
+			FirstSeq: h.EventSeq + 1, Now: h.Now, Transition: t,
+		})
+		if q := (QueueRef{r.Tenant, h.Job.Queue}); t.Requeued() && !woken[q] {
+			woken[q] = true
+			changes.Wake = append(changes.Wake, q)
+		}
+		out[i] = ReportResult{Job: job}
+	}
+
+	for _, key := range renewOrd {
+		if rn, ok := renewals[key]; ok {
+			changes.Renewals = append(changes.Renewals, rn)
+		}
+	}
+	if len(unheld) > 0 {
+		irefs := make([]LeaseRef, len(unheld))
+		for k, i := range unheld {
+			irefs[k] = refs[i]
+		}
+		found, err := tx.Inspect(ctx, irefs)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range unheld {
+			got := found[k]
+			out[i] = AnswerUnheld(reports[i], got.Job, got.Attempt)
+		}
+	}
+	if len(changes.Leaves) > 0 || len(changes.Renewals) > 0 {
+		if err := tx.Apply(ctx, changes); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// policiesNeeded lists the queues whose policies the held reports need:
+// retries decide with the retry policy, renewals without a duration take
+// the default lease.
+func policiesNeeded(reports []Report, held map[int]Held) []QueueRef {
+	seen := map[QueueRef]bool{}
+	var out []QueueRef
+	for i, r := range reports {
+		h, ok := held[i]
+		if !ok || !(r.Kind == ReportRetry || (r.Kind == ReportRenew && r.LeaseDuration == 0)) {
+			continue
+		}
+		q := QueueRef{Tenant: r.Tenant, Queue: h.Job.Queue}
+		if !seen[q] {
+			seen[q] = true
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// answerEnded answers report r about a job that an earlier report of the
+// same batch (first) ended, as AnswerUnheld would once that batch
+// committed.
+func answerEnded(r, first Report, job *Job) ReportResult {
+	attempt := &Attempt{JobID: job.ID, LeaseGeneration: first.Token.Generation, WorkerID: first.Token.WorkerID}
+	switch {
+	case first.Kind == ReportComplete:
+		attempt.Outcome = AttemptSucceeded
+	case first.Kind == ReportRetry:
+		attempt.Outcome, attempt.Error = AttemptFailed, &first.Error
+	case first.Kind == ReportCancel || job.State == JobStateCancelled:
+		attempt.Outcome = AttemptCancelled
+	default:
+		attempt.Outcome = AttemptReleased
+	}
+	return AnswerUnheld(r, job, attempt)
+}
+
+// AnswerUnheld answers a report whose fence did not hold, from the job as
+// it is (nil when the tenant has no such job) and the attempt row of the
+// report's generation (nil when there is none):
+//
+//   - no such job: ErrNotFound;
+//   - the report repeats the terminal report that this very lease
+//     (worker and generation) already made, because its answer was lost:
+//     the job as it is now, with no new event. A Complete, Cancel or Retry
+//     is recognised by the attempt's outcome (a Retry's job may have moved
+//     on since: requeued, leased again, finished);
+//   - the same lease repeating it with another result or error:
+//     ErrReportMismatch, since the first report is the one that stands;
+//   - anything else: ErrLeaseLost.
+//
+// Renew and Release are never repeats: after them the answer is
+// ErrLeaseLost.
+func AnswerUnheld(r Report, job *Job, attempt *Attempt) ReportResult {
+	if job == nil {
+		return ReportResult{Err: fmt.Errorf("job %s: %w", r.Token.JobID, ErrNotFound)}
+	}
+	lost := func() ReportResult {
+		if r.Kind == ReportRenew {
+			return ReportResult{Renew: RenewResult{Token: r.Token, Status: RenewLost}}
+		}
+		return ReportResult{Err: fmt.Errorf("job %s generation %d: %w", r.Token.JobID, r.Token.Generation, ErrLeaseLost)}
+	}
+	if attempt == nil || attempt.WorkerID != r.Token.WorkerID || attempt.LeaseGeneration != r.Token.Generation {
+		return lost()
+	}
+	sameLease := job.LeaseOwner == r.Token.WorkerID && job.LeaseGeneration == r.Token.Generation
+	mismatch := func(what string) ReportResult {
+		return ReportResult{Err: fmt.Errorf("job %s generation %d already reported with another %s: %w",
+			r.Token.JobID, r.Token.Generation, what, ErrReportMismatch)}
+	}
+	switch r.Kind {
+	case ReportComplete:
+		if !sameLease || job.State != JobStateSucceeded || attempt.Outcome != AttemptSucceeded {
+			return lost()
+		}
+		if !bytes.Equal(job.Result, r.Result) {
+			return mismatch("result")
+		}
+		return ReportResult{Job: job}
+	case ReportCancel:
+		if !sameLease || job.State != JobStateCancelled || attempt.Outcome != AttemptCancelled {
+			return lost()
+		}
+		return ReportResult{Job: job}
+	case ReportRetry:
+		if attempt.Outcome != AttemptFailed {
+			return lost()
+		}
+		if attempt.Error != nil && (attempt.Error.Code != r.Error.Code || attempt.Error.Message != r.Error.Message) {
+			return mismatch("error")
+		}
+		return ReportResult{Job: job}
+	}
+	return lost()
+}
+
+// Reporter implements the lease-bound methods of Store (Renew, Complete,
+// Retry, CancelByHolder, Release and ApplyReports) once for every engine:
+// it validates each report and hands it to Submit, which applies it in a
+// batch with other callers' reports (one transaction, one commit) and
+// returns only after that commit. Engines embed it with Submit set to
+// their group committer.
+type Reporter struct {
+	Submit func(ctx context.Context, reports []Report) ([]ReportResult, error)
+}
+
+// ApplyReports implements Store: the reports are validated, then applied
+// together in one batch; each gets its own result. An invalid report fails
+// the call before anything is applied.
+func (r Reporter) ApplyReports(ctx context.Context, reports []Report) ([]ReportResult, error) {
+	if len(reports) == 0 || len(reports) > BatchMaxItems {
+		return nil, Invalid("reports", fmt.Sprintf("must have 1-%d items", BatchMaxItems))
+	}
+	for i, rep := range reports {
+		if err := ValidateReport(rep); err != nil {
+			return nil, renamed(err, fmt.Sprintf("reports[%d].", i))
+		}
+	}
+	return r.Submit(ctx, reports)
+}
+
+// one validates and submits a single report and returns its job.
+func (r Reporter) one(ctx context.Context, rep Report) (*Job, error) {
+	if err := ValidateReport(rep); err != nil {
+		return nil, err
+	}
+	res, err := r.Submit(ctx, []Report{rep})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Job, res[0].Err
+}
+
+// Renew implements Store.
+func (r Reporter) Renew(ctx context.Context, p RenewParams) ([]RenewResult, error) {
+	if err := ValidateTenant(p.Tenant); err != nil {
+		return nil, err
+	}
+	if err := ValidateRenew(p); err != nil {
+		return nil, err
+	}
+	reps := make([]Report, len(p.Tokens))
+	for i, t := range p.Tokens {
+		reps[i] = Report{Kind: ReportRenew, Tenant: p.Tenant, Token: t, LeaseDuration: p.LeaseDuration, Now: p.Now}
+	}
+	res, err := r.Submit(ctx, reps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RenewResult, len(res))
+	for i, x := range res {
+		if x.Err != nil && !errors.Is(x.Err, ErrLeaseLost) && !errors.Is(x.Err, ErrNotFound) {
+			return nil, x.Err
+		}
+		out[i] = x.Renew
+		if x.Err != nil {
+			out[i] = RenewResult{Token: p.Tokens[i], Status: RenewLost}
+		}
+	}
+	return out, nil
+}
+
+// Complete implements Store.
+func (r Reporter) Complete(ctx context.Context, p CompleteParams) (*Job, error) {
+	return r.one(ctx, Report{Kind: ReportComplete, Tenant: p.Tenant, Token: p.Token, Result: p.Result, Now: p.Now})
+}
+
+// Retry implements Store.
+func (r Reporter) Retry(ctx context.Context, p RetryParams) (*Job, error) {
+	return r.one(ctx, Report{Kind: ReportRetry, Tenant: p.Tenant, Token: p.Token, Error: p.Error, RetryAfter: p.RetryAfter, Now: p.Now})
+}
+
+// CancelByHolder implements Store.
+func (r Reporter) CancelByHolder(ctx context.Context, p CancelByHolderParams) (*Job, error) {
+	return r.one(ctx, Report{Kind: ReportCancel, Tenant: p.Tenant, Token: p.Token, Reason: p.Reason, Now: p.Now})
+}
+
+// Release implements Store.
+func (r Reporter) Release(ctx context.Context, p ReleaseParams) (*Job, error) {
+	return r.one(ctx, Report{Kind: ReportRelease, Tenant: p.Tenant, Token: p.Token, Now: p.Now})
+}
+
+// renamed prefixes the field of an *InvalidError.
+func renamed(err error, prefix string) error {
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return Invalid(prefix+inv.Field, inv.Reason)
+	}
+	return err
+}

@@ -1,0 +1,256 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Held is a leased job as a report's fence read it: the current,
+// unexpired lease of the report's token, locked for the report's
+// transaction. It is what the decisions below need; engines fill it from
+// the row they locked.
+type Held struct {
+	Job          *Job
+	CancelReason string
+	// EventSeq is the job's newest event sequence: a transition's events
+	// take the sequences after it.
+	EventSeq int64
+	// Now is the instant the report is judged at (the caller's Now, or the
+	// store's clock).
+	Now time.Time
+}
+
+// Transition is one decided move of a leased job out of its lease: the new
+// state, how the holder's attempt ends and the events that say so. The
+// decisions (DecideComplete, DecideFailure, DecideCancelByHolder,
+// DecideRelease, DecideExpiry) make them; the engines apply them in SQL,
+// many at once, and decide nothing themselves.
+type Transition struct {
+	// State is the job's new state.
+	State JobState
+	// AvailableAt is when a job going back to QUEUED may run again; zero
+	// for every other state.
+	AvailableAt time.Time
+	// Refund gives the attempt back (attempts - 1): a release spends none.
+	Refund bool
+	// Result is stored when State is SUCCEEDED.
+	Result []byte
+	// LastError, when set, becomes the job's last error.
+	LastError *JobError
+	// Outcome ends the attempt row of the holder's generation, with
+	// AttemptError as its error.
+	Outcome      AttemptOutcome
+	AttemptError *JobError
+	// Events are appended in order after the job's newest event.
+	Events []NewEvent
+}
+
+// NewEvent is an event a transition appends. Data is a JSON object with
+// the details, never a payload or a result.
+type NewEvent struct {
+	Type EventType
+	Data string
+}
+
+// Requeued reports whether the transition puts the job back in its queue,
+// so that dispatchers should be woken.
+func (t Transition) Requeued() bool { return t.State == JobStateQueued }
+
+// Finished reports whether the transition ends the job.
+func (t Transition) Finished() bool { return t.State.Terminal() }
+
+// Apply returns a copy of job as it is after the transition at now, with
+// its newest event sequence moved from seq: how an engine answers without
+// reading the row back.
+func (t Transition) Apply(job *Job, now time.Time) *Job {
+	j := *job
+	j.State = t.State
+	j.LeaseExpiresAt = time.Time{}
+	if t.Refund {
+		j.Attempts--
+	}
+	if !t.AvailableAt.IsZero() {
+		j.AvailableAt = t.AvailableAt
+	}
+	if t.State.Terminal() {
+		j.FinishedAt = now
+	}
+	if t.State == JobStateSucceeded {
+		j.Result = t.Result
+	}
+	if t.LastError != nil {
+		e := *t.LastError
+		j.LastError = &e
+	}
+	return &j
+}
+
+// eventJSON encodes event data: keys sorted (encoding/json sorts map
+// keys), times as RFC 3339 in UTC, so both engines store the same text.
+func eventJSON(kv ...any) string {
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			panic(fmt.Sprintf("store: event data key %v is not a string", kv[i]))
+		}
+		if t, ok := kv[i+1].(time.Time); ok {
+			m[k] = t.UTC().Format(time.RFC3339Nano)
+			continue
+		}
+		m[k] = kv[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		// Only strings, numbers, booleans and times go in.
+		panic("store: unencodable event data: " + err.Error())
+	}
+	return string(b)
+}
+
+// EventData encodes event details as a JSON object from key, value pairs,
+// the way every event of the store is encoded.
+func EventData(kv ...any) string { return eventJSON(kv...) }
+
+// holder is the event data naming the lease that acted.
+func holder(tok LeaseToken, kv ...any) []any {
+	return append([]any{"worker_id", tok.WorkerID, "lease_generation", tok.Generation}, kv...)
+}
+
+// withError adds a worker error's fields to event data.
+func withError(kv []any, e JobError) []any {
+	return append(kv, "error_code", e.Code, "error_message", e.Message, "retryable", e.Retryable)
+}
+
+// deadEvent is the DEAD event: with attempts left, it was the retry
+// deadline that ended the job.
+func deadEvent(attempts, maxAttempts int32) NewEvent {
+	reason := "attempts exhausted"
+	if attempts < maxAttempts {
+		reason = "retry deadline exceeded"
+	}
+	return NewEvent{Type: EventDead, Data: eventJSON("reason", reason, "attempts", attempts, "max_attempts", maxAttempts)}
+}
+
+// DecideComplete is a holder's success: SUCCEEDED with its result.
+func DecideComplete(h Held, tok LeaseToken, result []byte) Transition {
+	return Transition{
+		State:   JobStateSucceeded,
+		Result:  result,
+		Outcome: AttemptSucceeded,
+		Events:  []NewEvent{{Type: EventSucceeded, Data: eventJSON(holder(tok, "attempt", h.Job.Attempts)...)}},
+	}
+}
+
+// DecideFailure is a holder's failed attempt under the queue's retry
+// policy (see DecideRetry): QUEUED at the backoff, FAILED, or DEAD when
+// the attempts or the retry deadline are spent. A job whose cancellation
+// was requested is never queued again: where the decision is QUEUED it
+// ends CANCELLED (RUN_FAILED, then CANCELLED). rnd is the jitter factor.
+func DecideFailure(policy RetryPolicy, h Held, tok LeaseToken, e JobError, retryAfter time.Duration, rnd float64) Transition {
+	j := h.Job
+	d := DecideRetry(policy, e, j.Attempts, j.MaxAttempts, j.RetryDeadline, h.Now, retryAfter, rnd)
+	runFailed := withError(holder(tok, "attempt", j.Attempts), e)
+	t := Transition{State: d.State, LastError: &e, Outcome: AttemptFailed, AttemptError: &e}
+	switch {
+	case d.State == JobStateQueued && j.CancelRequested:
+		t.State = JobStateCancelled
+		t.Events = []NewEvent{
+			{Type: EventRunFailed, Data: eventJSON(runFailed...)},
+			{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", h.CancelReason, "by", "retry")...)},
+		}
+	case d.State == JobStateQueued:
+		t.AvailableAt = d.AvailableAt.UTC().Truncate(time.Microsecond)
+		t.Events = []NewEvent{{Type: EventRunFailed, Data: eventJSON(append(runFailed, "available_at", t.AvailableAt)...)}}
+	case d.State == JobStateFailed:
+		t.Events = []NewEvent{{Type: EventFailed, Data: eventJSON(runFailed...)}}
+	default: // dead
+		t.Events = []NewEvent{{Type: EventRunFailed, Data: eventJSON(runFailed...)}, deadEvent(j.Attempts, j.MaxAttempts)}
+	}
+	return t
+}
+
+// DecideCancelByHolder is the holder ending its attempt as cancelled,
+// usually to acknowledge a cancel request: CANCELLED.
+func DecideCancelByHolder(tok LeaseToken, reason string) Transition {
+	return Transition{
+		State:   JobStateCancelled,
+		Outcome: AttemptCancelled,
+		Events:  []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", reason, "by", "holder")...)}},
+	}
+}
+
+// DecideRelease gives the job back without spending the attempt: QUEUED,
+// available at once. A job whose cancellation was requested ends
+// CANCELLED instead, as if the holder had acknowledged the cancel.
+func DecideRelease(h Held, tok LeaseToken) Transition {
+	if h.Job.CancelRequested {
+		return Transition{
+			State:   JobStateCancelled,
+			Outcome: AttemptCancelled,
+			Events:  []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "by", "release")...)}},
+		}
+	}
+	return Transition{
+		State:       JobStateQueued,
+		AvailableAt: h.Now,
+		Refund:      true,
+		Outcome:     AttemptReleased,
+		Events:      []NewEvent{{Type: EventReleased, Data: eventJSON(holder(tok)...)}},
+	}
+}
+
+// LeaseExpiredError is the error recorded (as the job's last error and in
+// its RUN_FAILED event) when a lease expires with no report and the job's
+// budget is spent.
+var LeaseExpiredError = JobError{Code: ErrorCodeLeaseExpired, Message: ErrorMessageLeaseExpired, Retryable: true}
+
+// DecideExpiry is what becomes of a job whose lease expired with no
+// report from its holder (h.Job is the job as it was leased; h.Now is
+// past its expiry). No process has to release a lease it can no longer
+// use; this decision is the recovery:
+//
+//   - cancel requested: CANCELLED (one CANCELLED event), since the holder
+//     never acknowledged;
+//   - budget spent (attempts >= max attempts, or the retry deadline is
+//     before now): DEAD, with LEASE_EXPIRED, RUN_FAILED (LeaseExpiredError)
+//     and DEAD events. This is how a job whose worker crashes every time
+//     (and so never reports) reaches the dead-letter queue instead of
+//     being claimed forever;
+//   - otherwise QUEUED, available at once, with a LEASE_EXPIRED event; the
+//     attempt stays spent.
+//
+// In every case the expired attempt ends as lease_expired.
+func DecideExpiry(h Held) Transition {
+	j := h.Job
+	tok := LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: j.LeaseOwner}
+	switch {
+	case j.CancelRequested:
+		return Transition{
+			State:   JobStateCancelled,
+			Outcome: AttemptLeaseExpired,
+			Events: []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok,
+				"reason", h.CancelReason, "lease_expired", true)...)}},
+		}
+	case j.Attempts >= j.MaxAttempts || (!j.RetryDeadline.IsZero() && j.RetryDeadline.Before(h.Now)):
+		e := LeaseExpiredError
+		return Transition{
+			State:     JobStateDead,
+			LastError: &e,
+			Outcome:   AttemptLeaseExpired,
+			Events: []NewEvent{
+				{Type: EventLeaseExpired, Data: eventJSON(holder(tok)...)},
+				{Type: EventRunFailed, Data: eventJSON(withError(holder(tok, "attempt", j.Attempts), e)...)},
+				deadEvent(j.Attempts, j.MaxAttempts),
+			},
+		}
+	default:
+		return Transition{
+			State:       JobStateQueued,
+			AvailableAt: h.Now,
+			Outcome:     AttemptLeaseExpired,
+			Events:      []NewEvent{{Type: EventLeaseExpired, Data: eventJSON(holder(tok)...)}},
+		}
+	}
+}
