@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/sys/unix"
 
@@ -43,19 +44,8 @@ import (
 	"github.com/leasehold/leasehold/worker"
 )
 
-// worker exec's contract and defaults.
+// worker exec's defaults.
 const (
-	// execExitNonRetryable is the exit status that ends a job FAILED. It is
-	// outside the codes shells and common tools use for their own errors
-	// (1, 2, 126, 127, 128+n), so a crash never reads as "give up".
-	execExitNonRetryable = 100
-	// execResultMaxBytes bounds the captured standard output, the server's
-	// default payload (and result) limit. Output beyond it fails the
-	// attempt: a cut result would be stored as if it were whole.
-	execResultMaxBytes = 1 << 20
-	// execStderrTailBytes is how much of the end of standard error becomes
-	// the error message of a failed attempt.
-	execStderrTailBytes = 4 << 10
 	// execKillGraceDefault is how long a signalled child has between SIGTERM
 	// and SIGKILL.
 	execKillGraceDefault = 10 * time.Second
@@ -64,91 +54,101 @@ const (
 	execConcurrencyDefault = 1
 )
 
-// Error codes reported by worker exec besides EXIT_<n> and SIGNAL_<NAME>.
-const (
-	execCodeStart          = "EXEC_START"
-	execCodeResultTooLarge = "RESULT_TOO_LARGE"
-	execCodeIO             = "EXEC_IO"
-)
-
-func (c *cli) runWorker(ctx context.Context, args []string) int {
-	return c.dispatch(ctx, "worker", args, []subcommand{
-		{"list", "", "List workers connected to the coordinator.", c.workerList},
-		{"exec", "--queue Q [--queue Q2] [--concurrency N] [--lease-duration D] [--worker-id ID] [--kill-grace D] -- CMD [ARGS...]",
-			"Run CMD once per job: payload on stdin, metadata in LEASEHOLD_* env vars, stdout is the result.\n" +
-				"Exit 0 succeeds the job, 100 fails it for good, anything else (or a signal) is retried.\n" +
-				"On cancel or lease loss the child's process group gets SIGTERM, then SIGKILL after --kill-grace.\n" +
-				"SIGTERM or SIGINT stops taking jobs and lets running ones finish within --shutdown-grace.", c.workerExec},
-	})
-}
-
-func (c *cli) workerList(ctx context.Context, cmd *command, args []string) error {
-	_, err := cmd.parseArgs(args)
-	if err != nil {
-		return err
-	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ListWorkers(callCtx, &leaseholdv1.ListWorkersRequest{})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	rows := make([][]string, len(resp.GetWorkers()))
-	for i, w := range resp.GetWorkers() {
-		rows[i] = workerRow(w)
-	}
-	return out.table(workerHeader, rows)
-}
-
-func (c *cli) workerExec(ctx context.Context, cmd *command, args []string) error {
-	var (
-		queues   = stringList{split: true}
-		labels   stringList
-		workerID string
-		logLevel string
+func (c *cli) workerCommand() *cobra.Command {
+	return c.group("worker", "List workers; exec a program as a worker",
+		c.workerListCommand(),
+		c.workerExecCommand(),
 	)
-	cmd.commandTail = true
-	fs := cmd.fs
-	fs.Var(&queues, "queue", "`queue` to take jobs from; repeatable or comma-separated (required)")
-	concurrency := fs.Int("concurrency", execConcurrencyDefault, "most copies of CMD running at once")
-	leaseDuration := fs.Duration("lease-duration", 0, "lease asked for each job, renewed while CMD runs; 0 = the queue's (30s by default)")
-	fs.StringVar(&workerID, "worker-id", "", "this worker's identity (default hostname-pid)")
-	killGrace := fs.Duration("kill-grace", execKillGraceDefault, "time between SIGTERM and SIGKILL when a job is stopped")
-	shutdownGrace := fs.Duration("shutdown-grace", worker.ShutdownGraceDefault, "on SIGTERM/SIGINT, how long running jobs may finish before they are stopped and released")
-	fs.Var(&labels, "label", "`key=value` shown in \"worker list\"; repeatable")
-	fs.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
-	pos, err := cmd.parse(args)
+}
+
+func (c *cli) workerListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List workers connected to the coordinator",
+		Args:  positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				workers, err := client.ListWorkers(ctx)
+				if err != nil {
+					return err
+				}
+				return out.list(page{resp: &leaseholdv1.ListWorkersResponse{Workers: workers}, header: workerHeader, rows: rows(workers, workerRow)})
+			})
+		},
+	}
+}
+
+// execFlags are worker exec's own flags.
+type execFlags struct {
+	queues        commaList
+	concurrency   int
+	leaseDuration time.Duration
+	workerID      string
+	killGrace     time.Duration
+	shutdownGrace time.Duration
+	labels        []string
+	logLevel      string
+}
+
+func (c *cli) workerExecCommand() *cobra.Command {
+	var f execFlags
+	cmd := &cobra.Command{
+		Use:   "exec --queue Q [--queue Q2] [--concurrency N] [--lease-duration D] [--worker-id ID] [--kill-grace D] -- CMD [ARGS...]",
+		Short: "Run a program once per job",
+		Long: "Run CMD once per job: payload on stdin, metadata in LEASEHOLD_* env vars, stdout is the result.\n" +
+			"Exit 0 succeeds the job, 100 fails it for good, anything else (or a signal) is retried.\n" +
+			"On cancel or lease loss the child's process group gets SIGTERM, then SIGKILL after --kill-grace.\n" +
+			"SIGTERM or SIGINT stops taking jobs and lets running ones finish within --shutdown-grace.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("missing the command to run: worker exec --queue Q -- CMD [ARGS...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.runWorkerExec(cmd.Context(), &f, args)
+		},
+	}
+	fs := cmd.Flags()
+	// The first argument that is not a flag starts the command line to
+	// run, whose own flags must not be taken for ours.
+	fs.SetInterspersed(false)
+	fs.Var(&f.queues, "queue", "`queue` to take jobs from; repeatable or comma-separated (required)")
+	fs.IntVar(&f.concurrency, "concurrency", execConcurrencyDefault, "most copies of CMD running at once")
+	fs.DurationVar(&f.leaseDuration, "lease-duration", 0, "lease asked for each job, renewed while CMD runs; 0 = the queue's (30s by default)")
+	fs.StringVar(&f.workerID, "worker-id", "", "this worker's identity (default hostname-pid)")
+	fs.DurationVar(&f.killGrace, "kill-grace", execKillGraceDefault, "time between SIGTERM and SIGKILL when a job is stopped")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", worker.ShutdownGraceDefault, "on SIGTERM/SIGINT, how long running jobs may finish before they are stopped and released")
+	fs.StringArrayVar(&f.labels, "label", nil, "`key=value` shown in \"worker list\"; repeatable")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// logLevels are the values of every --log-level flag.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// runWorkerExec runs argv once per job until ctx (SIGTERM/SIGINT in main)
+// is done and the running jobs have finished or been released.
+func (c *cli) runWorkerExec(ctx context.Context, f *execFlags, argv []string) error {
+	if len(f.queues) == 0 {
+		return usagef("--queue is required")
+	}
+	if f.killGrace <= 0 {
+		return usagef("--kill-grace must be positive")
+	}
+	labels, err := parseKeyValues("label", f.labels)
 	if err != nil {
-		return err
-	}
-	if len(pos) == 0 {
-		return cmd.usagef("missing the command to run: worker exec --queue Q -- CMD [ARGS...]")
-	}
-	if len(queues.values) == 0 {
-		return cmd.usagef("--queue is required")
-	}
-	if *killGrace <= 0 {
-		return cmd.usagef("--kill-grace must be positive")
-	}
-	labelMap, err := parseKeyValues("label", labels.values)
-	if err != nil {
-		return cmd.usagef("%v", err)
+		return usagef("%v", err)
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return cmd.usagef("--log-level %q: want debug, info, warn or error", logLevel)
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	// Fail now rather than once per job when the program cannot be found.
-	path, err := exec.LookPath(pos[0])
+	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return fmt.Errorf("cannot run %q: %w", pos[0], err)
+		return fmt.Errorf("cannot run %q: %w", argv[0], err)
 	}
 
 	// Children's stderr, the SDK's log and our own messages share the
@@ -156,39 +156,37 @@ func (c *cli) workerExec(ctx context.Context, cmd *command, args []string) error
 	stderr := &lockedWriter{w: c.stderr}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg := worker.Config{
-		WorkerID:      workerID,
-		Queues:        queues.values,
-		Capacity:      *concurrency,
-		LeaseDuration: *leaseDuration,
-		ShutdownGrace: *shutdownGrace,
-		Labels:        labelMap,
+		WorkerID:      f.workerID,
+		Queues:        f.queues,
+		Capacity:      f.concurrency,
+		LeaseDuration: f.leaseDuration,
+		ShutdownGrace: f.shutdownGrace,
+		Labels:        labels,
 		Logger:        logger,
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {
-		return cmd.usagef("%v", err)
+		return usagef("%v", err)
 	}
-	conn, err := cmd.dial()
+	conn, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	w, err := worker.New(conn, cfg)
 	if err != nil {
-		return cmd.usagef("%v", err)
+		return usagef("%v", err)
 	}
 	r := &execRunner{
 		path:      path,
-		argv:      slices.Clone(pos),
-		killGrace: *killGrace,
+		argv:      slices.Clone(argv),
+		killGrace: f.killGrace,
 		stderr:    stderr,
 		baseEnv:   os.Environ(),
 		logger:    logger,
 	}
 	w.HandleAny(r.handle)
-	logger.InfoContext(ctx, "worker exec started", slog.String("command", strings.Join(pos, " ")),
-		slog.Any("queues", queues.values), slog.Int("concurrency", *concurrency), slog.String("addr", cmd.addr))
-	// Run returns nil once ctx (SIGTERM/SIGINT in main) is done and the
-	// running jobs have finished or been released.
+	logger.InfoContext(ctx, "worker exec started", slog.String("command", strings.Join(argv, " ")),
+		slog.Any("queues", []string(f.queues)), slog.Int("concurrency", f.concurrency), slog.String("addr", c.global.addr))
 	if err := w.Run(ctx); err != nil {
 		return err
 	}
@@ -196,8 +194,8 @@ func (c *cli) workerExec(ctx context.Context, cmd *command, args []string) error
 	return nil
 }
 
-// execRunner runs the program for one job at a time per handler call; it
-// is shared by the SDK's concurrent handlers and holds no mutable state.
+// execRunner runs the program for one job per handler call; it is shared
+// by the SDK's concurrent handlers and holds no mutable state.
 type execRunner struct {
 	path      string   // resolved argv[0]
 	argv      []string // as given, argv[0] included
@@ -224,45 +222,65 @@ func (r *execRunner) handle(ctx context.Context, job *worker.Job) ([]byte, error
 	if err := child.Start(); err != nil {
 		return nil, worker.WithCode(execCodeStart, worker.Retryable(fmt.Errorf("start %s: %w", r.argv[0], err)))
 	}
-	pgid := child.Process.Pid // Setpgid with Pgid 0: the group is named after the child.
 
 	waited := make(chan error, 1)
 	go func() { waited <- child.Wait() }()
-	var (
-		waitErr error
-		stopped error // why the child was signalled; nil when it ended by itself
-	)
 	select {
-	case waitErr = <-waited:
+	case waitErr := <-waited:
+		return r.outcome(ctx, job, child, waitErr, stdout, tail)
 	case <-ctx.Done():
-		stopped = context.Cause(ctx)
-		r.logger.InfoContext(ctx, "stopping job's process group", slog.String("job_id", job.ID),
-			slog.Int("pgid", pgid), slog.String("cause", stopped.Error()))
-		// The group outlives the child only while a member is alive, and a
-		// group id is not reused while it is in use, so signalling the
-		// group reaches exactly this job's processes. ESRCH (all gone) is
-		// fine.
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		grace := time.NewTimer(r.killGrace)
-		select {
-		case waitErr = <-waited:
-		case <-grace.C:
-			r.logger.WarnContext(ctx, "job's process group ignored SIGTERM; killing it", slog.String("job_id", job.ID),
-				slog.Duration("kill_grace", r.killGrace))
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			waitErr = <-waited
-		}
-		grace.Stop()
-	}
-
-	if stopped != nil {
+		stopped := context.Cause(ctx)
+		r.stop(ctx, job, child.Process.Pid, stopped, waited)
 		// The SDK decides what the outcome means (acknowledge a cancel,
 		// publish nothing after a lost lease, release on shutdown); it only
 		// needs an error that carries the cause.
 		return nil, fmt.Errorf("%s stopped: %w", r.argv[0], stopped)
 	}
-	return r.outcome(ctx, job, child, waitErr, stdout, tail)
 }
+
+// stop signals the job's process group, SIGTERM then SIGKILL after
+// killGrace, and returns once the child has been waited for.
+func (r *execRunner) stop(ctx context.Context, job *worker.Job, pgid int, cause error, waited <-chan error) {
+	// Setpgid with Pgid 0: the group is named after the child's pid.
+	r.logger.InfoContext(ctx, "stopping job's process group", slog.String("job_id", job.ID),
+		slog.Int("pgid", pgid), slog.String("cause", cause.Error()))
+	// The group outlives the child only while a member is alive, and a
+	// group id is not reused while it is in use, so signalling the group
+	// reaches exactly this job's processes. ESRCH (all gone) is fine.
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	grace := time.NewTimer(r.killGrace)
+	defer grace.Stop()
+	select {
+	case <-waited:
+	case <-grace.C:
+		r.logger.WarnContext(ctx, "job's process group ignored SIGTERM; killing it", slog.String("job_id", job.ID),
+			slog.Duration("kill_grace", r.killGrace))
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-waited
+	}
+}
+
+// worker exec's contract.
+const (
+	// execExitNonRetryable is the exit status that ends a job FAILED. It is
+	// outside the codes shells and common tools use for their own errors
+	// (1, 2, 126, 127, 128+n), so a crash never reads as "give up".
+	execExitNonRetryable = 100
+	// execResultMaxBytes bounds the captured standard output, the server's
+	// default payload (and result) limit. Output beyond it fails the
+	// attempt: a cut result would be stored as if it were whole.
+	execResultMaxBytes = 1 << 20
+	// execStderrTailBytes is how much of the end of standard error becomes
+	// the error message of a failed attempt.
+	execStderrTailBytes = 4 << 10
+)
+
+// Error codes reported by worker exec besides EXIT_<n> and SIGNAL_<NAME>.
+const (
+	execCodeStart          = "EXEC_START"
+	execCodeResultTooLarge = "RESULT_TOO_LARGE"
+	execCodeIO             = "EXEC_IO"
+)
 
 // outcome classifies a child that ended by itself.
 func (r *execRunner) outcome(ctx context.Context, job *worker.Job, child *exec.Cmd, waitErr error, stdout *boundedBuffer, tail *tailBuffer) ([]byte, error) {
