@@ -86,17 +86,26 @@ func (f *globalFlags) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// rejectGlobalFlags is the PreRunE of serve and migrate, which neither
-// connect to a coordinator nor print results: a client flag given to them
-// is a mistake (serve --addr for --listen, most likely), not a no-op.
-func rejectGlobalFlags(cmd *cobra.Command, _ []string) error {
-	for _, name := range []string{"addr", "timeout", "output"} {
-		if cmd.Flags().Changed(name) {
-			return usagef("--%s is for the commands that talk to a coordinator; %s does not take it", name, cmd.Name())
+// withoutGlobalFlags marks a command that neither connects to a coordinator
+// nor prints results (serve, migrate): its help leaves the global flags
+// out, and it refuses them, since one given to it is a mistake (serve
+// --addr for --listen, most likely), not a no-op.
+func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
+	cmd.Annotations = map[string]string{annotationGlobalFlags: "no"}
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		for _, name := range []string{"addr", "timeout", "output"} {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s is for the commands that talk to a coordinator; %s does not take it", name, cmd.Name())
+			}
 		}
+		return nil
 	}
-	return nil
+	return cmd
 }
+
+// annotationGlobalFlags is "no" on the commands of withoutGlobalFlags; the
+// usage template reads it.
+const annotationGlobalFlags = "leasehold/global-flags"
 
 // dial opens a connection to --addr. grpc.NewClient does not connect until
 // the first call, so an unreachable coordinator surfaces as UNAVAILABLE

@@ -138,8 +138,9 @@ func flagError(_ *cobra.Command, err error) error {
 }
 
 // usageTemplate is cobra's default, except that subcommands are listed by
-// their full path ("leasehold job create"), and a command that only holds
-// subcommands shows "COMMAND" rather than a usage line of its own.
+// their full path ("leasehold job create"), a command that only holds
+// subcommands shows "COMMAND" rather than a usage line of its own, and the
+// commands of withoutGlobalFlags do not list the global flags.
 const usageTemplate = `Usage:{{if .HasAvailableSubCommands}}
   {{.CommandPath}} COMMAND{{else}}
   {{.UseLine}}{{end}}{{if .HasExample}}
@@ -151,7 +152,7 @@ Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
   {{$.CommandPath}} {{rpad .Name .NamePadding}} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
 
 Flags:
-{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
+{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if and .HasAvailableInheritedFlags (ne (index .Annotations "` + annotationGlobalFlags + `") "no")}}
 
 Global Flags:
 {{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}

@@ -110,6 +110,11 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout:\n%s", args, r.code, r.stdout)
 		}
 	}
+	// serve and migrate do not talk to a coordinator: their help leaves the
+	// global flags out.
+	if r := runCLI(t, nil, "serve", "-h"); r.code != exitOK || !strings.Contains(r.stdout, "--listen") || strings.Contains(r.stdout, "--addr") {
+		t.Errorf("serve -h: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
 	if r := runCLI(t, nil, "--version"); r.code != exitOK || r.stdout != "leasehold "+Version+"\n" {
 		t.Errorf("--version: exit %d, %q", r.code, r.stdout)
 	}

@@ -16,17 +16,16 @@ import (
 func (c *cli) migrateCommand() *cobra.Command {
 	var sf storeFlags
 	cmd := &cobra.Command{
-		Use:     "migrate",
-		Short:   "Apply database migrations and exit",
-		Long:    "Apply the migrations of PostgreSQL when --database-url is set, otherwise of the embedded SQLite file, and exit.",
-		Args:    positional(),
-		PreRunE: rejectGlobalFlags,
+		Use:   "migrate",
+		Short: "Apply database migrations and exit",
+		Long:  "Apply the migrations of PostgreSQL when --database-url is set, otherwise of the embedded SQLite file, and exit.",
+		Args:  positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.runMigrate(cmd.Context(), sf)
 		},
 	}
 	c.addStoreFlags(cmd.Flags(), &sf)
-	return cmd
+	return withoutGlobalFlags(cmd)
 }
 
 // runMigrate applies the configured engine's migrations.

@@ -70,21 +70,20 @@ func (c *cli) serveCommand() *cobra.Command {
 		Short: "Run the coordinator (SQLite ./leasehold.db by default)",
 		Long: "Run the coordinator until SIGINT or SIGTERM, then shut it down gracefully.\n" +
 			"It uses PostgreSQL when --database-url is set, otherwise the embedded SQLite file.",
-		Args:    positional(),
-		PreRunE: rejectGlobalFlags,
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.runServe(cmd.Context(), &f)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", envOr(c.getenv, "LEASEHOLD_LISTEN", listenDefault), "address to serve gRPC on (env LEASEHOLD_LISTEN)")
-	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not apply PostgreSQL migrations at start (run `leasehold migrate` instead); the embedded SQLite file is always brought up to date")
+	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not apply PostgreSQL migrations at start (run \"leasehold migrate\" instead); the embedded SQLite file is always brought up to date")
 	fs.StringVar(&f.tenant, "tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as until authentication lands (env LEASEHOLD_TENANT)")
 	fs.StringVar(&f.logLevel, "log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
 	fs.DurationVar(&f.grace, "shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
 	c.addStoreFlags(fs, &f.store)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
-	return cmd
+	return withoutGlobalFlags(cmd)
 }
 
 // runServe runs the coordinator until ctx ends (SIGINT/SIGTERM), then shuts
