@@ -17,16 +17,22 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// Client is the producer side: it creates, reads, cancels and watches
-// jobs through JobService. It is safe for concurrent use.
+// Client is the producer and operator side of Leasehold: it creates, reads,
+// cancels and watches jobs through JobService, and manages queues, the
+// dead-letter queue, circuit breakers and workers through AdminService
+// (client_admin.go). It is safe for concurrent use.
 type Client struct {
-	jobs leaseholdv1.JobServiceClient
+	jobs  leaseholdv1.JobServiceClient
+	admin leaseholdv1.AdminServiceClient
 }
 
 // NewClient returns a Client over conn (typically a *grpc.ClientConn,
 // which the Client never closes).
 func NewClient(conn grpc.ClientConnInterface) *Client {
-	return &Client{jobs: leaseholdv1.NewJobServiceClient(conn)}
+	return &Client{
+		jobs:  leaseholdv1.NewJobServiceClient(conn),
+		admin: leaseholdv1.NewAdminServiceClient(conn),
+	}
 }
 
 // CreateOptions are the optional parts of a job. A nil *CreateOptions

@@ -2,19 +2,20 @@ package main
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/worker"
 )
 
-func (c *cli) runBreaker(ctx context.Context, args []string) int {
-	return c.dispatch(ctx, "breaker", args, []subcommand{
-		{"list", "", "List circuit breakers per dependency.", c.breakerList},
-		{"reset", "DEP", "Close a dependency's breaker by hand.", c.breakerReset},
-	})
+func (c *cli) breakerCommand() *cobra.Command {
+	return c.group("breaker", "List, reset circuit breakers",
+		c.breakerListCommand(),
+		c.breakerResetCommand(),
+	)
 }
 
 // errBreakersUnavailable explains an UNIMPLEMENTED answer: the coordinator
@@ -27,53 +28,40 @@ func errBreakersUnavailable(err error) error {
 	return &hintedError{err: err, hint: "circuit breakers are not available in this version of the coordinator"}
 }
 
-func (c *cli) breakerList(ctx context.Context, cmd *command, args []string) error {
-	_, err := cmd.parseArgs(args)
-	if err != nil {
-		return err
+func (c *cli) breakerListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List circuit breakers per dependency",
+		Args:  positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				breakers, err := client.ListBreakers(ctx)
+				if err != nil {
+					return errBreakersUnavailable(err)
+				}
+				return out.list(page{
+					resp:   &leaseholdv1.ListBreakersResponse{Breakers: breakers},
+					header: breakerHeader, rows: rows(breakers, breakerRow),
+					empty: "no circuit breakers",
+				})
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ListBreakers(callCtx, &leaseholdv1.ListBreakersRequest{})
-	if err != nil {
-		return errBreakersUnavailable(err)
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	if len(resp.GetBreakers()) == 0 {
-		fmt.Fprintln(out.w, "no circuit breakers")
-		return nil
-	}
-	rows := make([][]string, len(resp.GetBreakers()))
-	for i, b := range resp.GetBreakers() {
-		rows[i] = breakerRow(b)
-	}
-	return out.table(breakerHeader, rows)
 }
 
-func (c *cli) breakerReset(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parseArgs(args, "DEP")
-	if err != nil {
-		return err
+func (c *cli) breakerResetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reset DEP",
+		Short: "Close a dependency's breaker by hand",
+		Args:  positional("DEP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				b, err := client.ResetBreaker(ctx, args[0])
+				if err != nil {
+					return errBreakersUnavailable(err)
+				}
+				return out.say(&leaseholdv1.ResetBreakerResponse{Breaker: b}, "breaker %s is %s", args[0], breakerRow(b)[1])
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ResetBreaker(callCtx, &leaseholdv1.ResetBreakerRequest{Dependency: pos[0]})
-	if err != nil {
-		return errBreakersUnavailable(err)
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	fmt.Fprintf(out.w, "breaker %s is %s\n", pos[0], breakerRow(resp.GetBreaker())[1])
-	return nil
 }

@@ -1,29 +1,28 @@
 package main
 
-// The operator commands share one shape: "leasehold GROUP SUB [flags] [args]".
-// Every subcommand gets the same connection flags (--addr, --timeout,
-// --output, each with a LEASEHOLD_* override), parses flags and positional
-// arguments in any order, and ends through finish, which maps the outcome
-// to the exit codes defined in main.go.
+// What every command that talks to a coordinator shares: the global
+// connection and output flags, the connection itself (through the SDK's
+// worker.Client), and how a failed call is described to an operator.
 
 import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/worker"
 )
 
 // Connection defaults and the environment variables that override them. A
@@ -39,292 +38,116 @@ const (
 	envOutput  = "LEASEHOLD_OUTPUT"
 )
 
-// usageError is a mistake on the command line: exit 2, with the command's
-// usage hint.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-// errHelpShown means -h was asked for and the usage has been printed: exit 0.
-var errHelpShown = errors.New("help shown")
-
-// subcommand is one "GROUP SUB" entry: its synopsis (the arguments after
-// the name), a one-line summary, and the function that runs it.
-type subcommand struct {
-	name     string
-	synopsis string
-	summary  string
-	run      func(ctx context.Context, cmd *command, args []string) error
-}
-
-// command is one invocation of a subcommand: its flag set (connection flags
-// already registered) and where its output goes.
-type command struct {
-	c        *cli
-	name     string // "job create"
-	synopsis string
-	summary  string
-	fs       *flag.FlagSet
-
+// globalFlags are the connection and output flags of every command that
+// talks to a coordinator. They are persistent flags of the root command, so
+// they may come before or after the command.
+type globalFlags struct {
 	addr    string
 	timeout time.Duration
 	output  string
 
-	// commandTail makes the first positional argument end flag parsing:
-	// it and everything after it are a command line to run (worker exec),
-	// whose own flags must not be taken for ours.
-	commandTail bool
-
-	// envErr is a bad LEASEHOLD_* value, reported as a usage error once the
-	// flags are parsed (a flag may still override it).
+	// envErr is a bad LEASEHOLD_TIMEOUT, reported as a usage error by
+	// check unless --timeout overrides it.
 	envErr error
 }
 
-// dispatch runs the subcommand of group named by args[0].
-func (c *cli) dispatch(ctx context.Context, group string, args []string, subs []subcommand) int {
-	groupUsage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage:\n")
-		for _, s := range subs {
-			fmt.Fprintf(w, "  leasehold %s %s %s\n", group, s.name, s.synopsis)
-		}
-		fmt.Fprintf(w, "\nRun \"leasehold %s SUBCOMMAND -h\" for its flags.\n", group)
-	}
-	if len(args) == 0 {
-		fmt.Fprintf(c.stderr, "leasehold %s: missing subcommand\n\n", group)
-		groupUsage(c.stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		groupUsage(c.stdout)
-		return exitOK
-	}
-	for _, s := range subs {
-		if s.name == args[0] {
-			cmd := c.newCommand(group+" "+s.name, s.synopsis, s.summary)
-			return cmd.finish(s.run(ctx, cmd, args[1:]))
-		}
-	}
-	fmt.Fprintf(c.stderr, "leasehold %s: unknown subcommand %q\n\n", group, args[0])
-	groupUsage(c.stderr)
-	return exitUsage
-}
-
-// newCommand prepares a flag set with the shared connection flags, their
-// defaults taken from the environment.
-func (c *cli) newCommand(name, synopsis, summary string) *command {
-	cmd := &command{c: c, name: name, synopsis: synopsis, summary: summary}
-	fs := flag.NewFlagSet("leasehold "+name, flag.ContinueOnError)
-	// Parse errors are printed by parse with the right stream and exit code,
-	// so the flag package itself stays silent.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	cmd.fs = fs
-
-	addr := cmp.Or(c.getenv(envAddr), addrDefault)
-	output := cmp.Or(strings.ToLower(c.getenv(envOutput)), outputTable)
+// register adds the flags to root as persistent flags, their defaults
+// taken from the environment.
+func (f *globalFlags) register(root *cobra.Command, getenv func(string) string) {
 	timeout := timeoutDefault
-	if v := c.getenv(envTimeout); v != "" {
+	if v := getenv(envTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			cmd.envErr = fmt.Errorf("%s=%q is not a duration (e.g. 10s)", envTimeout, v)
+			f.envErr = fmt.Errorf("%s=%q is not a duration (e.g. 10s)", envTimeout, v)
 		} else {
 			timeout = d
 		}
 	}
-	fs.StringVar(&cmd.addr, "addr", addr, "coordinator address host:port (env "+envAddr+")")
-	fs.DurationVar(&cmd.timeout, "timeout", timeout, "deadline for each call; 0 = none (env "+envTimeout+")")
-	fs.StringVar(&cmd.output, "output", output, "output format: table or json (env "+envOutput+")")
-	return cmd
+	fs := root.PersistentFlags()
+	fs.StringVar(&f.addr, "addr", cmp.Or(getenv(envAddr), addrDefault), "coordinator address host:port (env "+envAddr+")")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "deadline for each call; 0 = none (env "+envTimeout+")")
+	fs.StringVar(&f.output, "output", cmp.Or(strings.ToLower(getenv(envOutput)), outputTable), "output format: table or json (env "+envOutput+")")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputTable, outputJSON}, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// parse parses flags and positional arguments, which may be mixed in any
-// order ("job get ID --output json"); everything after "--" is positional.
-// It returns errHelpShown after printing the usage for -h, and a
-// *usageError for bad flags.
-func (cmd *command) parse(args []string) ([]string, error) {
-	flagArgs, pos := splitArgs(cmd.fs, args, !cmd.commandTail)
-	if err := cmd.fs.Parse(flagArgs); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cmd.printUsage(cmd.c.stdout)
-			return nil, errHelpShown
-		}
-		return nil, &usageError{msg: err.Error()}
+// check validates the flags once they are parsed for cmd.
+func (f *globalFlags) check(cmd *cobra.Command) error {
+	if f.envErr != nil && !cmd.Flags().Changed("timeout") {
+		return usagef("%v", f.envErr)
 	}
-	if cmd.envErr != nil && !cmd.isSet("timeout") {
-		return nil, &usageError{msg: cmd.envErr.Error()}
-	}
-	switch cmd.output {
+	switch f.output {
 	case outputTable, outputJSON:
 	default:
-		return nil, &usageError{msg: fmt.Sprintf("--output must be table or json, not %q", cmd.output)}
+		return usagef("--output must be table or json, not %q", f.output)
 	}
-	if cmd.timeout < 0 {
-		return nil, &usageError{msg: "--timeout must not be negative"}
-	}
-	return pos, nil
-}
-
-// splitArgs separates flag tokens (with their values) from positional
-// arguments so that the flag package, which stops at the first positional,
-// sees every flag. A token takes the next one as its value exactly when the
-// flag package would: a known, non-boolean flag written without "=".
-// Unknown flags are passed on for the flag package to reject. Without
-// interspersed, the first positional argument ends the flags.
-func splitArgs(fs *flag.FlagSet, args []string, interspersed bool) (flagArgs, pos []string) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			return flagArgs, append(pos, args[i+1:]...)
-		}
-		if len(a) < 2 || a[0] != '-' {
-			if !interspersed {
-				return flagArgs, append(pos, args[i:]...)
-			}
-			pos = append(pos, a)
-			continue
-		}
-		flagArgs = append(flagArgs, a)
-		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		f := fs.Lookup(name)
-		if f == nil {
-			continue
-		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			continue
-		}
-		if i+1 < len(args) {
-			flagArgs = append(flagArgs, args[i+1])
-			i++
-		}
-	}
-	return flagArgs, pos
-}
-
-// isSet reports whether the flag was given on the command line.
-func (cmd *command) isSet(name string) bool {
-	set := false
-	cmd.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
-// printUsage writes the synopsis and the flags, command-specific first.
-func (cmd *command) printUsage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: leasehold %s %s\n\n%s\n\nFlags:\n", cmd.name, cmd.synopsis, cmd.summary)
-	common := map[string]bool{"addr": true, "timeout": true, "output": true}
-	var own, shared []*flag.Flag
-	cmd.fs.VisitAll(func(f *flag.Flag) {
-		if common[f.Name] {
-			shared = append(shared, f)
-		} else {
-			own = append(own, f)
-		}
-	})
-	printFlags := func(flags []*flag.Flag) {
-		for _, f := range flags {
-			name, help := flag.UnquoteUsage(f)
-			line := "  --" + f.Name
-			if name != "" {
-				line += " " + name
-			}
-			fmt.Fprintf(w, "%-30s %s", line, help)
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-				fmt.Fprintf(w, " (default %s)", f.DefValue)
-			}
-			fmt.Fprintln(w)
-		}
-	}
-	printFlags(own)
-	if len(own) > 0 {
-		fmt.Fprintln(w)
-	}
-	printFlags(shared)
-}
-
-// usagef builds a usage error for a bad argument.
-func (cmd *command) usagef(format string, a ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, a...)}
-}
-
-// parseArgs parses the flags and checks the positional arguments against
-// want, as every subcommand does first.
-func (cmd *command) parseArgs(args []string, want ...string) ([]string, error) {
-	pos, err := cmd.parse(args)
-	if err != nil {
-		return nil, err
-	}
-	return pos, cmd.args(pos, want...)
-}
-
-// args checks the number of positional arguments.
-func (cmd *command) args(pos []string, want ...string) error {
-	if len(pos) < len(want) {
-		return cmd.usagef("missing %s", strings.Join(want[len(pos):], " "))
-	}
-	if len(pos) > len(want) {
-		return cmd.usagef("unexpected argument %q", pos[len(want)])
-	}
-	for i, p := range pos {
-		if p == "" {
-			return cmd.usagef("%s must not be empty", want[i])
-		}
+	if f.timeout < 0 {
+		return usagef("--timeout must not be negative")
 	}
 	return nil
 }
 
-// dial opens a client connection. grpc.NewClient does not connect until
+// withoutGlobalFlags marks a command that neither connects to a coordinator
+// nor prints results (serve, migrate): its help leaves the global flags
+// out, and it refuses them, since one given to it is a mistake (serve
+// --addr for --listen, most likely), not a no-op.
+func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
+	cmd.Annotations = map[string]string{annotationGlobalFlags: "no"}
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		for _, name := range []string{"addr", "timeout", "output"} {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s is for the commands that talk to a coordinator; %s does not take it", name, cmd.Name())
+			}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// annotationGlobalFlags is "no" on the commands of withoutGlobalFlags; the
+// usage template reads it.
+const annotationGlobalFlags = "leasehold/global-flags"
+
+// dial opens a connection to --addr. grpc.NewClient does not connect until
 // the first call, so an unreachable coordinator surfaces as UNAVAILABLE
-// from that call and is reported by finish.
-func (cmd *command) dial() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(cmd.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// from that call and is described by describeError.
+func (c *cli) dial() (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(c.global.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", cmd.addr, err)
+		return nil, fmt.Errorf("dial %s: %w", c.global.addr, err)
 	}
 	return conn, nil
 }
 
-// connect dials the coordinator and returns a context bounded by
-// --timeout for the calls to make; done releases both.
-func (cmd *command) connect(ctx context.Context) (context.Context, *grpc.ClientConn, func(), error) {
-	conn, err := cmd.dial()
+// call is the body of an operator command: it dials --addr and runs fn
+// with the SDK client, a context bounded by --timeout and the printer for
+// --output.
+func (c *cli) call(cmd *cobra.Command, fn func(ctx context.Context, client *worker.Client, out *printer) error) error {
+	return c.callWithin(cmd, c.global.timeout, fn)
+}
+
+// follow is call for a command that lasts as long as what it follows (job
+// watch): the default timeout would cut it short, so only an explicit
+// --timeout bounds it.
+func (c *cli) follow(cmd *cobra.Command, fn func(ctx context.Context, client *worker.Client, out *printer) error) error {
+	var timeout time.Duration
+	if cmd.Flags().Changed("timeout") {
+		timeout = c.global.timeout
+	}
+	return c.callWithin(cmd, timeout, fn)
+}
+
+func (c *cli) callWithin(cmd *cobra.Command, timeout time.Duration, fn func(context.Context, *worker.Client, *printer) error) error {
+	conn, err := c.dial()
 	if err != nil {
-		return nil, nil, nil, err
+		return err
 	}
-	callCtx, cancel := cmd.callCtx(ctx)
-	return callCtx, conn, func() { cancel(); conn.Close() }, nil
-}
-
-// callCtx bounds one unary call by --timeout.
-func (cmd *command) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if cmd.timeout == 0 {
-		return context.WithCancel(ctx)
+	defer conn.Close()
+	ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
-	return context.WithTimeout(ctx, cmd.timeout)
-}
-
-// out returns the printer for --output.
-func (cmd *command) out() *printer {
-	return &printer{w: cmd.c.stdout, json: cmd.output == outputJSON}
-}
-
-// finish prints err, if any, and returns the exit code.
-func (cmd *command) finish(err error) int {
-	if err == nil {
-		return exitOK
-	}
-	if errors.Is(err, errHelpShown) {
-		return exitOK
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(cmd.c.stderr, "leasehold %s: %s\nUsage: leasehold %s %s (-h for help)\n", cmd.name, ue.msg, cmd.name, cmd.synopsis)
-		return exitUsage
-	}
-	fmt.Fprintf(cmd.c.stderr, "leasehold %s: %s\n", cmd.name, describeError(err, cmd.addr))
-	return exitFail
+	defer cancel()
+	return fn(ctx, worker.NewClient(conn), c.printer())
 }
 
 // describeError renders an error for an operator: for a gRPC status, the
@@ -395,23 +218,18 @@ func codeName(c codes.Code) string {
 	return "CODE_" + strconv.Itoa(int(c))
 }
 
-// stringList is a repeatable string flag; each use may also hold a
-// comma-separated list when split is set.
-type stringList struct {
-	values []string
-	split  bool
-}
+// commaList is a repeatable flag whose every use may also hold a
+// comma-separated list ("--state queued,leased --state dead"); blanks
+// around items and empty items are dropped.
+type commaList []string
 
-func (l *stringList) String() string { return strings.Join(l.values, ",") }
+func (l *commaList) String() string { return strings.Join(*l, ",") }
+func (l *commaList) Type() string   { return "strings" }
 
-func (l *stringList) Set(v string) error {
-	if !l.split {
-		l.values = append(l.values, v)
-		return nil
-	}
+func (l *commaList) Set(v string) error {
 	for _, p := range strings.Split(v, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			l.values = append(l.values, p)
+			*l = append(*l, p)
 		}
 	}
 	return nil

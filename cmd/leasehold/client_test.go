@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -252,82 +250,6 @@ func TestCommonFlags(t *testing.T) {
 		env.fail(exitFail, []string{"UNAVAILABLE", "is the coordinator running"}, "job", "get", id)
 		env.ok("job", "get", id, "--addr", h.srv.Addr)
 	})
-}
-
-func TestSplitArgs(t *testing.T) {
-	t.Parallel()
-	newFS := func() *flag.FlagSet {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.String("queue", "", "")
-		fs.Bool("json", false, "")
-		return fs
-	}
-	for _, tc := range []struct {
-		name         string
-		args         []string
-		interspersed bool
-		flags, pos   []string
-	}{
-		{"flags after positionals", []string{"ID", "--queue", "q"}, true, []string{"--queue", "q"}, []string{"ID"}},
-		{"a value that looks like a positional", []string{"--queue", "ID", "x"}, true, []string{"--queue", "ID"}, []string{"x"}},
-		{"a bool takes no value", []string{"--json", "ID"}, true, []string{"--json"}, []string{"ID"}},
-		{"= form", []string{"--queue=q", "ID"}, true, []string{"--queue=q"}, []string{"ID"}},
-		{"-- ends flags", []string{"a", "--", "--queue", "q"}, true, nil, []string{"a", "--queue", "q"}},
-		{"-- as a value is a value", []string{"--queue", "--", "ID"}, true, []string{"--queue", "--"}, []string{"ID"}},
-		{"a lone dash is positional", []string{"-", "--json"}, true, []string{"--json"}, []string{"-"}},
-		{"command tail keeps its flags", []string{"--queue", "q", "sh", "-c", "--json"}, false, []string{"--queue", "q"}, []string{"sh", "-c", "--json"}},
-		{"command tail after --", []string{"--queue", "q", "--", "ls", "-l"}, false, []string{"--queue", "q"}, []string{"ls", "-l"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			flags, pos := splitArgs(newFS(), tc.args, tc.interspersed)
-			if !slices.Equal(flags, tc.flags) || !slices.Equal(pos, tc.pos) {
-				t.Errorf("splitArgs(%q) = %q, %q; want %q, %q", tc.args, flags, pos, tc.flags, tc.pos)
-			}
-		})
-	}
-}
-
-// FuzzSplitArgs checks that splitting never loses, invents or reorders a
-// token, and that what it calls flags parses without leaving positionals
-// behind.
-func FuzzSplitArgs(f *testing.F) {
-	f.Add("job\x00--queue\x00q\x00--json\x00ID", true)
-	f.Add("--queue\x00--\x00x\x00--\x00y", true)
-	f.Add("--queue=a\x00-json\x00sh\x00-c\x00echo", false)
-	f.Add("-\x00--\x00---\x00-=\x00--queue", true)
-	f.Fuzz(func(t *testing.T, joined string, interspersed bool) {
-		args := strings.Split(joined, "\x00")
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(&bytes.Buffer{})
-		fs.String("queue", "", "")
-		fs.Bool("json", false, "")
-		flags, pos := splitArgs(fs, args, interspersed)
-		// Every token lands in one of the lists, in order; only a single
-		// "--" terminator may be dropped.
-		switch dropped := len(args) - len(flags) - len(pos); {
-		case dropped < 0 || dropped > 1:
-			t.Fatalf("split of %q into %q and %q dropped %d tokens", args, flags, pos, dropped)
-		case dropped == 1 && !slices.Contains(args, "--"):
-			t.Fatalf("split of %q into %q and %q dropped a token that is not --", args, flags, pos)
-		}
-		if !isSubsequence(flags, args) || !isSubsequence(pos, args) {
-			t.Fatalf("split of %q into %q and %q reordered or invented tokens", args, flags, pos)
-		}
-		if err := fs.Parse(flags); err == nil && fs.NArg() != 0 {
-			t.Fatalf("flags %q of %q left positionals %q after parsing", flags, args, fs.Args())
-		}
-	})
-}
-
-// isSubsequence reports whether sub appears in s in order.
-func isSubsequence(sub, s []string) bool {
-	i := 0
-	for _, v := range s {
-		if i < len(sub) && sub[i] == v {
-			i++
-		}
-	}
-	return i == len(sub)
 }
 
 func TestParseKeyValues(t *testing.T) {

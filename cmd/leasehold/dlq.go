@@ -4,83 +4,72 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
+
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/worker"
 )
 
-func (c *cli) runDLQ(ctx context.Context, args []string) int {
-	return c.dispatch(ctx, "dlq", args, []subcommand{
-		{"list", "[--queue Q] [--include-abandoned] [--limit N] [--page-token T]",
-			"List the dead-letter queue (jobs whose retry budget is spent), newest first.", c.dlqList},
-		{"show", "ID", "Show a dead job with its evidence: the job, its last error and every attempt.", c.dlqShow},
-		{"replay", "ID [--reason R]",
-			"Create a new job from a dead one (new id, attempts reset). Replaying the same dead job again returns the first replay.", c.dlqReplay},
-		{"abandon", "ID [--reason R]",
-			"Give up on a dead job: it leaves the listing and stays as evidence until retention prunes it.", c.dlqAbandon},
-	})
+func (c *cli) dlqCommand() *cobra.Command {
+	return c.group("dlq", "List, show, replay, abandon dead jobs",
+		c.dlqListCommand(),
+		c.dlqShowCommand(),
+		c.dlqReplayCommand(),
+		c.dlqAbandonCommand(),
+	)
 }
 
-func (c *cli) dlqList(ctx context.Context, cmd *command, args []string) error {
-	queue := cmd.fs.String("queue", "", "only this queue")
-	includeAbandoned := cmd.fs.Bool("include-abandoned", false, "list abandoned dead jobs too")
-	limit := cmd.fs.Int("limit", 0, "page size; 0 = the server's default (50), at most 500")
-	pageToken := cmd.fs.String("page-token", "", "continue from a previous page")
-	_, err := cmd.parseArgs(args)
-	if err != nil {
-		return err
+func (c *cli) dlqListCommand() *cobra.Command {
+	var (
+		req   leaseholdv1.ListDeadJobsRequest
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--queue Q] [--include-abandoned] [--limit N] [--page-token T]",
+		Short: "List the dead-letter queue, newest first",
+		Long:  "List the dead-letter queue (jobs whose retry budget is spent), newest first.",
+		Args:  positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("--limit must not be negative")
+			}
+			req.PageSize = int32(min(limit, 1<<30))
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				resp, err := client.ListDeadJobs(ctx, &req)
+				if err != nil {
+					return err
+				}
+				return out.list(page{resp: resp, header: deadHeader, rows: rows(resp.GetDeadJobs(), deadRow), nextPageToken: resp.GetNextPageToken()})
+			})
+		},
 	}
-	if *limit < 0 {
-		return cmd.usagef("--limit must not be negative")
-	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ListDeadJobs(callCtx, &leaseholdv1.ListDeadJobsRequest{
-		Queue:            *queue,
-		PageSize:         int32(min(*limit, 1<<30)),
-		PageToken:        *pageToken,
-		IncludeAbandoned: *includeAbandoned,
-	})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	rows := make([][]string, len(resp.GetDeadJobs()))
-	for i, d := range resp.GetDeadJobs() {
-		rows[i] = deadRow(d)
-	}
-	if err := out.table(deadHeader, rows); err != nil {
-		return err
-	}
-	if t := resp.GetNextPageToken(); t != "" {
-		fmt.Fprintf(c.stderr, "more: --page-token %s\n", t)
-	}
-	return nil
+	fs := cmd.Flags()
+	fs.StringVar(&req.Queue, "queue", "", "only this queue")
+	fs.BoolVar(&req.IncludeAbandoned, "include-abandoned", false, "list abandoned dead jobs too")
+	fs.IntVar(&limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
+	fs.StringVar(&req.PageToken, "page-token", "", "continue from a previous page")
+	return cmd
 }
 
-func (c *cli) dlqShow(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parseArgs(args, "ID")
-	if err != nil {
-		return err
+func (c *cli) dlqShowCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a dead job with its evidence",
+		Long:  "Show a dead job with its evidence: the job, its last error and every attempt.",
+		Args:  positional("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				dead, err := client.GetDeadJob(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if out.json {
+					return out.message(&leaseholdv1.GetDeadJobResponse{DeadJob: dead})
+				}
+				return printDeadJob(out, dead)
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).GetDeadJob(callCtx, &leaseholdv1.GetDeadJobRequest{JobId: pos[0]})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	return printDeadJob(out, resp.GetDeadJob())
 }
 
 // printDeadJob shows the job, what operators did to it, and its attempts.
@@ -97,59 +86,51 @@ func printDeadJob(out *printer, d *leaseholdv1.DeadJob) error {
 		return nil
 	}
 	fmt.Fprintln(out.w)
-	rows := make([][]string, len(d.GetAttempts()))
-	for i, a := range d.GetAttempts() {
-		rows[i] = attemptRow(a)
-	}
-	return out.table(attemptHeader, rows)
+	return out.table(attemptHeader, rows(d.GetAttempts(), attemptRow))
 }
 
-func (c *cli) dlqReplay(ctx context.Context, cmd *command, args []string) error {
-	reason := cmd.fs.String("reason", "", "why, recorded in the dead job's history")
-	pos, err := cmd.parseArgs(args, "ID")
-	if err != nil {
-		return err
+func (c *cli) dlqReplayCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "replay ID [--reason R]",
+		Short: "Create a new job from a dead one",
+		Long:  "Create a new job from a dead one (new id, attempts reset). Replaying the same dead job again returns the first replay.",
+		Args:  positional("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				job, already, err := client.ReplayDeadJob(ctx, args[0], reason)
+				if err != nil {
+					return err
+				}
+				resp := &leaseholdv1.ReplayDeadJobResponse{Job: job, AlreadyReplayed: already}
+				if already {
+					return out.say(resp, "%s was already replayed as %s", args[0], job.GetId())
+				}
+				return out.say(resp, "%s replayed as %s", args[0], job.GetId())
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ReplayDeadJob(callCtx, &leaseholdv1.ReplayDeadJobRequest{JobId: pos[0], Reason: *reason})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	if resp.GetAlreadyReplayed() {
-		fmt.Fprintf(out.w, "%s was already replayed as %s\n", pos[0], resp.GetJob().GetId())
-	} else {
-		fmt.Fprintf(out.w, "%s replayed as %s\n", pos[0], resp.GetJob().GetId())
-	}
-	return nil
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the dead job's history")
+	return cmd
 }
 
-func (c *cli) dlqAbandon(ctx context.Context, cmd *command, args []string) error {
-	reason := cmd.fs.String("reason", "", "why, recorded in the dead job's history")
-	pos, err := cmd.parseArgs(args, "ID")
-	if err != nil {
-		return err
+func (c *cli) dlqAbandonCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "abandon ID [--reason R]",
+		Short: "Give up on a dead job",
+		Long:  "Give up on a dead job: it leaves the listing and stays as evidence until retention prunes it.",
+		Args:  positional("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				dead, err := client.AbandonDeadJob(ctx, args[0], reason)
+				if err != nil {
+					return err
+				}
+				return out.say(&leaseholdv1.AbandonDeadJobResponse{DeadJob: dead}, "%s abandoned", dead.GetJob().GetId())
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).AbandonDeadJob(callCtx, &leaseholdv1.AbandonDeadJobRequest{JobId: pos[0], Reason: *reason})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	fmt.Fprintf(out.w, "%s abandoned\n", resp.GetDeadJob().GetJob().GetId())
-	return nil
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the dead job's history")
+	return cmd
 }

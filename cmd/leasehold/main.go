@@ -2,20 +2,29 @@
 // migrate) and the operator and worker commands (job, dlq, queue, breaker,
 // worker).
 //
+// Every command is a cobra command built in command.go. The global flags
+// (--addr, --timeout, --output, each with a LEASEHOLD_* default) may come
+// before or after the command; "leasehold completion bash|zsh|fish" prints
+// a completion script.
+//
 // Exit codes: 0 success, 1 the operation failed (the server said no, or
 // could not be reached), 2 usage error (bad flags or arguments).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
-// Exit codes shared by every subcommand.
+// Exit codes shared by every command.
 const (
 	exitOK    = 0
 	exitFail  = 1
@@ -23,12 +32,14 @@ const (
 )
 
 // cli carries the process's streams and environment so that tests can run
-// subcommands in-process.
+// commands in-process, and the global flags of one run.
 type cli struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+
+	global globalFlags // set by the root command's flags
 }
 
 func main() {
@@ -38,49 +49,52 @@ func main() {
 	os.Exit(c.run(ctx, os.Args[1:]))
 }
 
-const usage = `leasehold: durable jobs over gRPC
-
-Usage:
-  leasehold serve    [flags]   run the coordinator (SQLite ./leasehold.db by default)
-  leasehold migrate  [flags]   apply database migrations and exit
-  leasehold job      ...       create, get, list, cancel, events, watch jobs
-  leasehold dlq      ...       list, show, replay, abandon dead jobs
-  leasehold queue    ...       list, get, set-policy, pause, resume queues
-  leasehold breaker  ...       list, reset circuit breakers
-  leasehold worker   ...       list workers; exec a program as a worker
-  leasehold version            print the version
-
-Run "leasehold COMMAND -h" for a command's flags.
-`
-
+// run runs one command line and returns the process's exit code.
 func (c *cli) run(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, usage)
+	root := c.rootCommand()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	return c.exitCode(cmd, err)
+}
+
+// usageError is a mistake on the command line: exit 2, with the command's
+// usage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
+// exitStatus ends a command with that exit code and prints nothing more:
+// the command has reported the failure itself (serve in its log; a
+// pass-through command, such as a benchmark runner, on its own stderr).
+type exitStatus int
+
+func (e exitStatus) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// exitCode prints err, if any, for cmd and maps it to an exit code.
+func (c *cli) exitCode(cmd *cobra.Command, err error) int {
+	var (
+		status exitStatus
+		usage  *usageError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &status):
+		return int(status)
+	case errors.As(err, &usage):
+		fmt.Fprintf(c.stderr, "%s: %s\n", cmd.CommandPath(), usage.msg)
+		if cmd.HasAvailableSubCommands() {
+			fmt.Fprintf(c.stderr, "\n%s", cmd.UsageString())
+		} else {
+			fmt.Fprintf(c.stderr, "Usage: %s (-h for help)\n", cmd.UseLine())
+		}
 		return exitUsage
-	}
-	switch args[0] {
-	case "serve":
-		return c.runServe(ctx, args[1:])
-	case "migrate":
-		return c.runMigrate(ctx, args[1:])
-	case "job":
-		return c.runJob(ctx, args[1:])
-	case "dlq":
-		return c.runDLQ(ctx, args[1:])
-	case "queue":
-		return c.runQueue(ctx, args[1:])
-	case "breaker":
-		return c.runBreaker(ctx, args[1:])
-	case "worker":
-		return c.runWorker(ctx, args[1:])
-	case "version", "--version":
-		fmt.Fprintln(c.stdout, "leasehold", Version)
-		return exitOK
-	case "help", "-h", "--help":
-		fmt.Fprint(c.stdout, usage)
-		return exitOK
 	default:
-		fmt.Fprintf(c.stderr, "leasehold: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
+		fmt.Fprintf(c.stderr, "%s: %s\n", cmd.CommandPath(), describeError(err, c.global.addr))
+		return exitFail
 	}
 }

@@ -3,28 +3,33 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 
-// runMigrate applies the configured engine's migrations and exits.
-func (c *cli) runMigrate(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("leasehold migrate", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+func (c *cli) migrateCommand() *cobra.Command {
 	var sf storeFlags
-	c.addStoreFlags(fs, &sf)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply database migrations and exit",
+		Long:  "Apply the migrations of PostgreSQL when --database-url is set, otherwise of the embedded SQLite file, and exit.",
+		Args:  positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.runMigrate(cmd.Context(), sf)
+		},
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "leasehold migrate: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
+	c.addStoreFlags(cmd.Flags(), &sf)
+	return withoutGlobalFlags(cmd)
+}
+
+// runMigrate applies the configured engine's migrations.
+func (c *cli) runMigrate(ctx context.Context, sf storeFlags) error {
 	var err error
 	target := ""
 	if sf.databaseURL != "" {
@@ -37,12 +42,10 @@ func (c *cli) runMigrate(ctx context.Context, args []string) int {
 	if err != nil {
 		var inv *store.InvalidError
 		if errors.As(err, &inv) {
-			fmt.Fprintf(c.stderr, "leasehold migrate: --%s: %s\n", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)
-			return exitUsage
+			return usagef("--%s: %s", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)
 		}
-		fmt.Fprintf(c.stderr, "leasehold migrate: %s: %v\n", target, err)
-		return exitFail
+		return fmt.Errorf("%s: %w", target, err)
 	}
 	fmt.Fprintf(c.stdout, "migrated %s: schema is up to date\n", target)
-	return exitOK
+	return nil
 }

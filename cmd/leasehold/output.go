@@ -3,8 +3,9 @@ package main
 // Rendering for the operator commands. JSON output is the RPC's response
 // message in the canonical protobuf JSON mapping (the same shape grpcurl
 // prints), so scripts can rely on the proto field names and on every field
-// being present. Table output is for people: aligned columns, times in UTC,
-// long values shortened.
+// being present. The SDK client returns what is inside a response, so the
+// commands put it back into the response message to print it. Table output
+// is for people: aligned columns, times in UTC, long values shortened.
 
 import (
 	"encoding/base64"
@@ -26,10 +27,70 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// printer writes one command's output in the chosen format.
+// printer writes one command's output in the --output format.
 type printer struct {
-	w    io.Writer
-	json bool
+	w     io.Writer // stdout: the result
+	notes io.Writer // stderr: what is not the result (the next page's token)
+	json  bool
+}
+
+func (c *cli) printer() *printer {
+	return &printer{w: c.stdout, notes: c.stderr, json: c.global.output == outputJSON}
+}
+
+// page is one page of a listing, as every list command prints it.
+type page struct {
+	resp          proto.Message // the RPC's response, all --output json prints
+	header        []string
+	rows          [][]string
+	nextPageToken string // when set, printed on stderr for the next call
+	empty         string // when set, printed instead of an empty table
+}
+
+// list prints a page: the response as JSON, or a table followed by the
+// next page's token on stderr, so that stdout stays a clean table for
+// pipes.
+func (p *printer) list(pg page) error {
+	if p.json {
+		return p.message(pg.resp)
+	}
+	if len(pg.rows) == 0 && pg.empty != "" {
+		_, err := fmt.Fprintln(p.w, pg.empty)
+		return err
+	}
+	if err := p.table(pg.header, pg.rows); err != nil {
+		return err
+	}
+	if pg.nextPageToken != "" {
+		fmt.Fprintf(p.notes, "more: --page-token %s\n", pg.nextPageToken)
+	}
+	return nil
+}
+
+// rows renders each item as a table row.
+func rows[T any](items []T, row func(T) []string) [][]string {
+	out := make([][]string, len(items))
+	for i, it := range items {
+		out[i] = row(it)
+	}
+	return out
+}
+
+// show prints one object: the response as JSON, or its fields.
+func (p *printer) show(resp proto.Message, pairs [][2]string) error {
+	if p.json {
+		return p.message(resp)
+	}
+	return p.fields(pairs)
+}
+
+// say prints the outcome of an action: the response as JSON, or one line.
+func (p *printer) say(resp proto.Message, format string, a ...any) error {
+	if p.json {
+		return p.message(resp)
+	}
+	_, err := fmt.Fprintf(p.w, format+"\n", a...)
+	return err
 }
 
 // message prints m as indented JSON, every field included.

@@ -2,72 +2,61 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/worker"
 )
 
-func (c *cli) runQueue(ctx context.Context, args []string) int {
-	return c.dispatch(ctx, "queue", args, []subcommand{
-		{"list", "", "List queues with their counts by state.", c.queueList},
-		{"get", "Q", "Show a queue's policy (defaults when none is stored) and counts.", c.queueGet},
-		{"set-policy", "Q [--max-attempts N] [--initial-delay D] [--max-delay D] [--multiplier F] [--jitter F] [--retryable-codes a,b] [--non-retryable-codes c] [--total-retry-deadline D] [--lease-duration D] [--concurrency-limit N]",
-			"Change a queue's policy. The current policy is read first and only the flags given are changed.", c.queueSetPolicy},
-		{"pause", "Q", "Stop handing out the queue's jobs; creates still succeed.", c.queuePause},
-		{"resume", "Q", "Hand out the queue's jobs again.", c.queueResume},
-	})
+func (c *cli) queueCommand() *cobra.Command {
+	return c.group("queue", "List, get, set-policy, pause, resume queues",
+		c.queueListCommand(),
+		c.queueGetCommand(),
+		c.queueSetPolicyCommand(),
+		c.queuePauseCommand(),
+		c.queueResumeCommand(),
+	)
 }
 
-func (c *cli) queueList(ctx context.Context, cmd *command, args []string) error {
-	_, err := cmd.parseArgs(args)
-	if err != nil {
-		return err
+func (c *cli) queueListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List queues with their counts by state",
+		Args:  positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				queues, err := client.ListQueues(ctx)
+				if err != nil {
+					return err
+				}
+				return out.list(page{resp: &leaseholdv1.ListQueuesResponse{Queues: queues}, header: queueHeader, rows: rows(queues, queueRow)})
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).ListQueues(callCtx, &leaseholdv1.ListQueuesRequest{})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	rows := make([][]string, len(resp.GetQueues()))
-	for i, q := range resp.GetQueues() {
-		rows[i] = queueRow(q)
-	}
-	return out.table(queueHeader, rows)
 }
 
-func (c *cli) queueGet(ctx context.Context, cmd *command, args []string) error {
-	pos, err := cmd.parseArgs(args, "Q")
-	if err != nil {
-		return err
+func (c *cli) queueGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get Q",
+		Short: "Show a queue's policy and counts",
+		Long:  "Show a queue's policy (defaults when none is stored) and counts.",
+		Args:  positional("Q"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				q, err := client.GetQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return out.show(&leaseholdv1.GetQueueResponse{Queue: q}, append(policyFields(q.GetPolicy()), statsFields(q.GetStats())...))
+			})
+		},
 	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := leaseholdv1.NewAdminServiceClient(conn).GetQueue(callCtx, &leaseholdv1.GetQueueRequest{Queue: pos[0]})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	return out.fields(append(policyFields(resp.GetQueue().GetPolicy()), statsFields(resp.GetQueue().GetStats())...))
 }
 
 // policyFlags are set-policy's flags; only those given change the policy.
@@ -78,8 +67,7 @@ type policyFlags struct {
 	retryableCodes, nonRetryableCodes                 string
 }
 
-func (f *policyFlags) register(cmd *command) {
-	fs := cmd.fs
+func (f *policyFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempt budget (>= 1)")
 	fs.DurationVar(&f.initialDelay, "initial-delay", 0, "delay after the first failure")
 	fs.DurationVar(&f.maxDelay, "max-delay", 0, "cap on the computed delay")
@@ -95,13 +83,13 @@ func (f *policyFlags) register(cmd *command) {
 // apply changes p for each flag given on the command line and reports
 // whether any was. Values are not checked here: the server validates the
 // whole policy and names the offending field.
-func (f *policyFlags) apply(cmd *command, p *leaseholdv1.QueuePolicy) bool {
+func (f *policyFlags) apply(fs *pflag.FlagSet, p *leaseholdv1.QueuePolicy) bool {
 	if p.Retry == nil {
 		p.Retry = &leaseholdv1.RetryPolicy{}
 	}
 	r := p.Retry
 	changed := false
-	cmd.fs.Visit(func(fl *flag.Flag) {
+	fs.Visit(func(fl *pflag.Flag) {
 		switch fl.Name {
 		case "max-attempts":
 			r.MaxAttempts = int32(clampInt32(f.maxAttempts))
@@ -149,90 +137,83 @@ func splitCodes(s string) []string {
 	return codes
 }
 
-func (c *cli) queueSetPolicy(ctx context.Context, cmd *command, args []string) error {
+func (c *cli) queueSetPolicyCommand() *cobra.Command {
 	var pf policyFlags
-	pf.register(cmd)
-	pos, err := cmd.parseArgs(args, "Q")
-	if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use: "set-policy Q [--max-attempts N] [--initial-delay D] [--max-delay D] [--multiplier F] [--jitter F] " +
+			"[--retryable-codes a,b] [--non-retryable-codes c] [--total-retry-deadline D] [--lease-duration D] [--concurrency-limit N]",
+		Short: "Change a queue's policy",
+		Long:  "Change a queue's policy. The current policy is read first and only the flags given are changed.",
+		Args:  positional("Q"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !pf.apply(cmd.Flags(), &leaseholdv1.QueuePolicy{}) {
+				return usagef("nothing to change: give at least one policy flag")
+			}
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				// Read-modify-write, so that a flag not given keeps its
+				// current value instead of falling back to the default. The
+				// update carries the whole policy; paused is ignored by
+				// UpdateQueuePolicy.
+				cur, err := client.GetQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				policy := proto.CloneOf(cur.GetPolicy())
+				if policy == nil {
+					policy = &leaseholdv1.QueuePolicy{}
+				}
+				policy.Queue = args[0]
+				pf.apply(cmd.Flags(), policy)
+				stored, err := client.UpdateQueuePolicy(ctx, policy)
+				if err != nil {
+					return err
+				}
+				return out.show(&leaseholdv1.UpdateQueuePolicyResponse{Policy: stored}, policyFields(stored))
+			})
+		},
 	}
-	if !pf.apply(cmd, &leaseholdv1.QueuePolicy{}) {
-		return cmd.usagef("nothing to change: give at least one policy flag")
-	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	admin := leaseholdv1.NewAdminServiceClient(conn)
-	// Read-modify-write, so that a flag not given keeps its current value
-	// instead of falling back to the default. The update carries the whole
-	// policy; paused is ignored by UpdateQueuePolicy.
-	cur, err := admin.GetQueue(callCtx, &leaseholdv1.GetQueueRequest{Queue: pos[0]})
-	if err != nil {
-		return err
-	}
-	policy := proto.Clone(cur.GetQueue().GetPolicy()).(*leaseholdv1.QueuePolicy)
-	if policy == nil {
-		policy = &leaseholdv1.QueuePolicy{}
-	}
-	policy.Queue = pos[0]
-	pf.apply(cmd, policy)
-	resp, err := admin.UpdateQueuePolicy(callCtx, &leaseholdv1.UpdateQueuePolicyRequest{Policy: policy})
-	if err != nil {
-		return err
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
-	return out.fields(policyFields(resp.GetPolicy()))
+	pf.register(cmd.Flags())
+	return cmd
 }
 
-func (c *cli) queuePause(ctx context.Context, cmd *command, args []string) error {
-	return c.queuePauseResume(ctx, cmd, args, true)
+func (c *cli) queuePauseCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause Q",
+		Short: "Stop handing out the queue's jobs; creates still succeed",
+		Args:  positional("Q"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				policy, err := client.PauseQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return sayPaused(out, &leaseholdv1.PauseQueueResponse{Policy: policy}, args[0], policy)
+			})
+		},
+	}
 }
 
-func (c *cli) queueResume(ctx context.Context, cmd *command, args []string) error {
-	return c.queuePauseResume(ctx, cmd, args, false)
+func (c *cli) queueResumeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume Q",
+		Short: "Hand out the queue's jobs again",
+		Args:  positional("Q"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				policy, err := client.ResumeQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return sayPaused(out, &leaseholdv1.ResumeQueueResponse{Policy: policy}, args[0], policy)
+			})
+		},
+	}
 }
 
-func (c *cli) queuePauseResume(ctx context.Context, cmd *command, args []string, pause bool) error {
-	pos, err := cmd.parseArgs(args, "Q")
-	if err != nil {
-		return err
-	}
-	callCtx, conn, done, err := cmd.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	admin := leaseholdv1.NewAdminServiceClient(conn)
-	var (
-		resp   proto.Message
-		policy *leaseholdv1.QueuePolicy
-	)
-	if pause {
-		r, err := admin.PauseQueue(callCtx, &leaseholdv1.PauseQueueRequest{Queue: pos[0]})
-		if err != nil {
-			return err
-		}
-		resp, policy = r, r.GetPolicy()
-	} else {
-		r, err := admin.ResumeQueue(callCtx, &leaseholdv1.ResumeQueueRequest{Queue: pos[0]})
-		if err != nil {
-			return err
-		}
-		resp, policy = r, r.GetPolicy()
-	}
-	out := cmd.out()
-	if out.json {
-		return out.message(resp)
-	}
+// sayPaused reports the state the server answered with.
+func sayPaused(out *printer, resp proto.Message, queue string, policy *leaseholdv1.QueuePolicy) error {
 	if policy.GetPaused() {
-		fmt.Fprintf(out.w, "queue %s paused: jobs are accepted but not handed out\n", pos[0])
-	} else {
-		fmt.Fprintf(out.w, "queue %s resumed\n", pos[0])
+		return out.say(resp, "queue %s paused: jobs are accepted but not handed out", queue)
 	}
-	return nil
+	return out.say(resp, "queue %s resumed", queue)
 }

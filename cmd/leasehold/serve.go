@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -39,7 +39,7 @@ type storeFlags struct {
 	sqlitePath  string
 }
 
-func (c *cli) addStoreFlags(fs *flag.FlagSet, sf *storeFlags) {
+func (c *cli) addStoreFlags(fs *pflag.FlagSet, sf *storeFlags) {
 	fs.StringVar(&sf.databaseURL, "database-url", c.getenv("LEASEHOLD_DATABASE_URL"),
 		"PostgreSQL URL (env LEASEHOLD_DATABASE_URL); empty: the embedded SQLite file")
 	fs.StringVar(&sf.sqlitePath, "sqlite-path", envOr(c.getenv, "LEASEHOLD_SQLITE_PATH", sqlitePathDefault),
@@ -53,118 +53,130 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-// runServe runs the coordinator until ctx ends (SIGINT/SIGTERM), then shuts
-// it down in the steps documented on coordinator.Coordinator.Shutdown,
-// flushes buffered trace spans as the last step, and exits 0.
-func (c *cli) runServe(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("leasehold serve", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	var (
-		sf       storeFlags
-		listen   = fs.String("listen", envOr(c.getenv, "LEASEHOLD_LISTEN", listenDefault), "address to serve gRPC on (env LEASEHOLD_LISTEN)")
-		noMig    = fs.Bool("no-migrate", false, "do not apply PostgreSQL migrations at start (run `leasehold migrate` instead); the embedded SQLite file is always brought up to date")
-		tenant   = fs.String("tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as until authentication lands (env LEASEHOLD_TENANT)")
-		logLevel = fs.String("log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
-		grace    = fs.Duration("shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
-	)
-	c.addStoreFlags(fs, &sf)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.stderr, "leasehold serve: unexpected arguments %q\n", fs.Args())
-		return exitUsage
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(c.stderr, "leasehold serve: --log-level %q: use debug, info, warn or error\n", *logLevel)
-		return exitUsage
-	}
-	if *grace <= 0 {
-		fmt.Fprintln(c.stderr, "leasehold serve: --shutdown-grace must be positive")
-		return exitUsage
-	}
-	log := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+// serveFlags are serve's flags.
+type serveFlags struct {
+	store     storeFlags
+	listen    string
+	noMigrate bool
+	tenant    string
+	logLevel  string
+	grace     time.Duration
+}
 
-	traceEndpoint := telemetry.TracesEndpoint(c.getenv)
-	if traceEndpoint != "" {
-		// Export failures (e.g. the collector is down) reach otel's
-		// global error handler; send them to our log rather than the
-		// standard logger's unstructured stderr lines.
+func (c *cli) serveCommand() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the coordinator (SQLite ./leasehold.db by default)",
+		Long: "Run the coordinator until SIGINT or SIGTERM, then shut it down gracefully.\n" +
+			"It uses PostgreSQL when --database-url is set, otherwise the embedded SQLite file.",
+		Args: positional(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.runServe(cmd.Context(), &f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.listen, "listen", envOr(c.getenv, "LEASEHOLD_LISTEN", listenDefault), "address to serve gRPC on (env LEASEHOLD_LISTEN)")
+	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not apply PostgreSQL migrations at start (run \"leasehold migrate\" instead); the embedded SQLite file is always brought up to date")
+	fs.StringVar(&f.tenant, "tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as until authentication lands (env LEASEHOLD_TENANT)")
+	fs.StringVar(&f.logLevel, "log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
+	fs.DurationVar(&f.grace, "shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
+	c.addStoreFlags(fs, &f.store)
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
+	return withoutGlobalFlags(cmd)
+}
+
+// runServe runs the coordinator until ctx ends (SIGINT/SIGTERM), then shuts
+// it down in the steps documented on coordinator.Coordinator.Shutdown and
+// flushes buffered trace spans as the last step. Once the logger exists,
+// failures are logged rather than printed, so that serve's stderr stays one
+// log stream, and returned as a bare exit status.
+func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
+	log, err := f.logger(c)
+	if err != nil {
+		return err
+	}
+	flushTraces, err := c.startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: after the store has closed, and on
+	// every early return.
+	defer flushTraces()
+	coord, err := openCoordinator(ctx, log, f)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		_ = coord.Shutdown(context.Background())
+		log.Error("cannot listen", slog.String("listen", f.listen), slog.String("error", err.Error()))
+		return exitStatus(exitFail)
+	}
+	return serveUntilDone(ctx, log, coord, lis, f.grace)
+}
+
+// logger checks the flags that need checking and builds serve's log.
+func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", f.logLevel)
+	}
+	if f.grace <= 0 {
+		return nil, usagef("--shutdown-grace must be positive")
+	}
+	return slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// startTracing sets up trace export from the OTEL_* environment and
+// returns the function that flushes it.
+func (c *cli) startTracing(ctx context.Context, log *slog.Logger) (flush func(), err error) {
+	endpoint := telemetry.TracesEndpoint(c.getenv)
+	if endpoint != "" {
+		// Export failures (e.g. the collector is down) reach otel's global
+		// error handler; send them to our log rather than the standard
+		// logger's unstructured stderr lines.
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 			log.Warn("opentelemetry", slog.String("error", err.Error()))
 		}))
 	}
-	shutdownTelemetry, err := telemetry.Setup(ctx, c.getenv, Version)
+	shutdown, err := telemetry.Setup(ctx, c.getenv, Version)
 	if err != nil {
 		log.Error("cannot set up tracing", slog.String("error", err.Error()))
-		return exitUsage
+		return nil, exitStatus(exitUsage)
 	}
-	if traceEndpoint != "" {
-		log.Info("exporting traces over OTLP/gRPC", slog.String("endpoint", traceEndpoint))
+	if endpoint != "" {
+		log.Info("exporting traces over OTLP/gRPC", slog.String("endpoint", endpoint))
 	}
-	// The last shutdown step, after the store has closed and on every
-	// early return: flush the spans of the final calls. ctx is already
-	// cancelled by then, so detach from it, and bound the flush so an
-	// unreachable collector cannot hold the process. A lost flush loses
-	// traces, not work, so it is logged but does not change the exit code.
-	defer func() {
+	// The flush runs after ctx is cancelled, so it detaches from it, and is
+	// bounded so an unreachable collector cannot hold the process. A lost
+	// flush loses traces, not work: it is logged but does not change the
+	// exit code.
+	return func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryShutdownTimeout)
 		defer cancel()
-		if err := shutdownTelemetry(fctx); err != nil {
+		if err := shutdown(fctx); err != nil {
 			log.Warn("flushing traces", slog.Duration("timeout", telemetryShutdownTimeout), slog.String("error", err.Error()))
 		}
-	}()
+	}, nil
+}
 
-	st, err := openStore(ctx, log, sf, !*noMig)
+// openCoordinator opens the store and builds the coordinator over it.
+func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags) (*coordinator.Coordinator, error) {
+	st, err := openStore(ctx, log, f.store, !f.noMigrate)
 	if err != nil {
 		log.Error("cannot open the store", slog.String("error", err.Error()))
-		return exitFail
+		return nil, exitStatus(exitFail)
 	}
 	coord, err := coordinator.New(coordinator.Config{
-		Store: st, Logger: log, Tenant: *tenant, Version: Version, ShutdownGrace: *grace,
+		Store: st, Logger: log, Tenant: f.tenant, Version: Version, ShutdownGrace: f.grace,
 	})
 	if err != nil {
 		st.Close()
 		log.Error("invalid configuration", slog.String("error", err.Error()))
-		return exitUsage
+		return nil, exitStatus(exitUsage)
 	}
-	lis, err := net.Listen("tcp", *listen)
-	if err != nil {
-		_ = coord.Shutdown(context.Background())
-		log.Error("cannot listen", slog.String("listen", *listen), slog.String("error", err.Error()))
-		return exitFail
-	}
-	served := make(chan error, 1)
-	go func() { served <- coord.Serve(lis) }()
-
-	code := exitOK
-	select {
-	case <-ctx.Done():
-		// Restore the default disposition: a second Ctrl-C or SIGTERM
-		// ends the process at once instead of waiting for the grace.
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		log.Info("signal received; shutting down (a second signal stops at once)", slog.Duration("grace", *grace))
-	case err := <-served:
-		// Serve ended without a shutdown: the listener broke.
-		log.Error("serve failed", slog.String("error", err.Error()))
-		code = exitFail
-	}
-	// Shutdown is bounded by its own steps (two grace periods at most);
-	// the extra minute only guards against a store that hangs on close.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2**grace+time.Minute)
-	defer cancel()
-	if err := coord.Shutdown(sctx); err != nil {
-		log.Error("shutdown", slog.String("error", err.Error()))
-		code = exitFail
-	}
-	if code == exitOK {
-		if err := <-served; err != nil {
-			log.Error("serve failed", slog.String("error", err.Error()))
-			code = exitFail
-		}
-	}
-	return code
+	return coord, nil
 }
 
 // openStore opens the configured engine: PostgreSQL when a database URL is
@@ -184,4 +196,42 @@ func openStore(ctx context.Context, log *slog.Logger, sf storeFlags, migrate boo
 		return nil, err
 	}
 	return st, nil
+}
+
+// serveUntilDone serves on lis until ctx ends or serving fails, then shuts
+// the coordinator down.
+func serveUntilDone(ctx context.Context, log *slog.Logger, coord *coordinator.Coordinator, lis net.Listener, grace time.Duration) error {
+	served := make(chan error, 1)
+	go func() { served <- coord.Serve(lis) }()
+
+	failed := false
+	select {
+	case <-ctx.Done():
+		// Restore the default disposition: a second Ctrl-C or SIGTERM
+		// ends the process at once instead of waiting for the grace.
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		log.Info("signal received; shutting down (a second signal stops at once)", slog.Duration("grace", grace))
+	case err := <-served:
+		// Serve ended without a shutdown: the listener broke.
+		log.Error("serve failed", slog.String("error", err.Error()))
+		failed = true
+	}
+	// Shutdown is bounded by its own steps (two grace periods at most);
+	// the extra minute only guards against a store that hangs on close.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*grace+time.Minute)
+	defer cancel()
+	if err := coord.Shutdown(sctx); err != nil {
+		log.Error("shutdown", slog.String("error", err.Error()))
+		failed = true
+	}
+	if !failed {
+		if err := <-served; err != nil {
+			log.Error("serve failed", slog.String("error", err.Error()))
+			failed = true
+		}
+	}
+	if failed {
+		return exitStatus(exitFail)
+	}
+	return nil
 }
