@@ -48,6 +48,7 @@ Usage:
   leasehold queue    ...       list, get, set-policy, pause, resume queues
   leasehold breaker  ...       list, reset circuit breakers
   leasehold worker   ...       list workers; exec a program as a worker
+  leasehold bench    ...       drain, combined, latency benchmarks; compare with River
   leasehold version            print the version
 
 Run "leasehold COMMAND -h" for a command's flags.
@@ -73,6 +74,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return c.runBreaker(ctx, args[1:])
 	case "worker":
 		return c.runWorker(ctx, args[1:])
+	case "bench":
+		return c.runBench(ctx, args[1:])
 	case "version", "--version":
 		fmt.Fprintln(c.stdout, "leasehold", Version)
 		return exitOK
