@@ -235,6 +235,9 @@ func (r *runner) workersAlive() error {
 func (r *runner) finish(ctx context.Context, run *measure.Run) error {
 	var errs []error
 	for _, p := range r.workers {
+		p.requestStop() // all at once, then wait for each
+	}
+	for _, p := range r.workers {
 		errs = append(errs, p.stop(stopLimit))
 	}
 	errs = append(errs, r.coord.stop())

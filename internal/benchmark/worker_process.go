@@ -152,12 +152,14 @@ func (p *workerProcess) begin() error {
 	return nil
 }
 
-// stop closes the worker's stdin, which shuts it down gracefully, and waits
-// for it; past timeout it sends SIGTERM, and past another timeout kills it.
-// It returns an error unless the worker exited 0 and reported its whole
-// list of instants.
+// requestStop closes the worker's stdin, which shuts it down gracefully.
+func (p *workerProcess) requestStop() { _ = p.stdin.Close() }
+
+// stop requests a stop and waits for the worker; past timeout it sends
+// SIGTERM, and past another timeout kills it. It returns an error unless
+// the worker exited 0 and reported its whole list of instants.
 func (p *workerProcess) stop(timeout time.Duration) error {
-	_ = p.stdin.Close()
+	p.requestStop()
 	if !waitFor(p.exited, timeout) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		if !waitFor(p.exited, timeout) {
