@@ -16,7 +16,16 @@ export LEASEHOLD_TEST_DATABASE_URL
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all tools generate lint build test run bench fuzz clean
+# The side-by-side benchmark (make bench-compare): the PostgreSQL server
+# each run makes its fresh schema on, and how many rounds of which modes.
+LEASEHOLD_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export LEASEHOLD_BENCH_DATABASE_URL
+ROUNDS ?= 3
+MODES  ?= drain combined latency
+# Extra flags for every run, e.g. BENCH_FLAGS="--jobs 5000 --duration 5s".
+BENCH_FLAGS ?=
+
+.PHONY: all tools generate lint build test run bench bench-compare fuzz clean
 
 all: lint build test
 
@@ -57,6 +66,14 @@ run:
 ## bench: store and dispatch benchmarks, 6 runs each for benchstat.
 bench:
 	go test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+
+## bench-compare: Leasehold vs River (bench/river, its own module), run by
+## run, ROUNDS rounds of MODES; prints every run, then medians and ratios.
+bench-compare:
+	go build -o $(BIN)/leasehold ./cmd/leasehold
+	cd bench/river && go build -o $(BIN)/river-bench .
+	$(BIN)/leasehold bench compare --river-bin $(BIN)/river-bench \
+	  --rounds $(ROUNDS) --modes "$(MODES)" --database-url "$(LEASEHOLD_BENCH_DATABASE_URL)" $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN) bench.txt

@@ -54,6 +54,7 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.queueCommand(),
 		c.breakerCommand(),
 		c.workerCommand(),
+		c.benchCommand(),
 		versionCommand(),
 	)
 	return root
