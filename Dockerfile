@@ -22,26 +22,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# CGO_ENABLED=0: the SQLite engine (modernc.org/sqlite) is pure Go, so the
-# binary is static and needs no libc. cmd/leasehold's Version is a constant
-# in version.go, not a variable, so there is nothing to set with -X: the
-# binary reports the version its source says.
+# deploy/rootfs.sh builds the static binary (CGO_ENABLED=0, -trimpath) and
+# lays out the final filesystem; deploy/image.sh runs the same script on a
+# machine without registry access.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w -buildid=" -o /rootfs/leasehold ./cmd/leasehold
-# What distroless/static would give us, and no more: the nonroot user,
-# CA certificates (PostgreSQL sslmode=verify-full, OTLP over https), a
-# sticky /tmp and a /data directory owned by nonroot for the embedded
-# SQLite default (`serve` with no --database-url writes ./leasehold.db in
-# the working directory).
-RUN set -eu; \
-    mkdir -p /rootfs/etc/ssl/certs /rootfs/tmp /rootfs/data; \
-    cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/; \
-    printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/data:/sbin/nologin\n' > /rootfs/etc/passwd; \
-    printf 'root:x:0:\nnonroot:x:65532:\n' > /rootfs/etc/group; \
-    chmod 1777 /rootfs/tmp; \
-    chown 65532:65532 /rootfs/data
+    GOOS=$TARGETOS GOARCH=$TARGETARCH sh deploy/rootfs.sh /rootfs
 
 FROM scratch
 ARG VERSION=""
