@@ -516,8 +516,16 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 	if got := envSecretRef(t, jc.Env); got.Name != dbRef.Name || got.Key != dbRef.Key {
 		t.Errorf("migration Job reads %s/%s, the coordinator %s/%s", got.Name, got.Key, dbRef.Name, dbRef.Key)
 	}
-	if selects(podLabels, j.Spec.Template.Labels) {
-		t.Errorf("migration pods carry the coordinator's labels %v: the Service would send them calls", podLabels)
+	// The migration pods must not look like coordinators: the Service would
+	// route calls to them, and the PDB and Deployment would count them.
+	jobLabels := j.Spec.Template.Labels
+	for what, sel := range map[string]map[string]string{
+		"Service": r.service.Spec.Selector, "PodDisruptionBudget": r.pdb.Spec.Selector.MatchLabels,
+		"Deployment": d.Spec.Selector.MatchLabels,
+	} {
+		if selects(sel, jobLabels) {
+			t.Errorf("the %s selector %v also selects the migration pods %v", what, sel, jobLabels)
+		}
 	}
 	if jpod.AutomountServiceAccountToken == nil || *jpod.AutomountServiceAccountToken {
 		t.Error("migration pods mount a service account token")

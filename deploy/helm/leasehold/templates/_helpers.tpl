@@ -24,20 +24,22 @@ contains it ("leasehold" for a release named leasehold).
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels of every object. */}}
+{{/* Labels of every object (those of one component add app.kubernetes.io/component). */}}
 {{- define "leasehold.labels" -}}
 helm.sh/chart: {{ include "leasehold.chart" . }}
-{{ include "leasehold.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "leasehold.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: leasehold
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
-{{/* Labels that select the coordinator pods. Never change them: a
-Deployment's selector is immutable. */}}
+{{/* Labels that select the coordinator pods (and not the migration
+Job's). Never change them: a Deployment's selector is immutable. */}}
 {{- define "leasehold.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "leasehold.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: coordinator
 {{- end }}
 
 {{- define "leasehold.serviceAccountName" -}}
