@@ -24,6 +24,7 @@ if [ -x .bin/helm ] && ! .bin/helm version --short 2>/dev/null | grep -q "^$helm
   step "replacing .bin/helm ($(.bin/helm version --short 2>&1)) with $helm_version"
   rm -f .bin/helm
 fi
+step "make helm: helm $helm_version in .bin/ (go install; minutes on a cold build cache)"
 make -s helm
 export HELM="$PWD/.bin/helm"
 got="$("$HELM" version --short)"

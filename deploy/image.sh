@@ -123,6 +123,9 @@ command -v podman >/dev/null 2>&1 || fail "podman is needed to run the image (ap
 # --- Build -----------------------------------------------------------------
 goarch="$(go env GOARCH)"
 build_opts=(--build-arg TARGETOS=linux --build-arg "TARGETARCH=$goarch" -f Dockerfile -t "$image")
+# The image this tag named before, removed below once the tag moves on,
+# so that repeated runs do not pile up untagged images.
+previous="$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
 t0=$(date +%s)
 if [ "$mode" = prebuilt ]; then
   version="$("$work/rootfs/leasehold" version | awk '{print $2}')"
@@ -159,6 +162,10 @@ else
     --build-arg "GO_IMAGE=$standin" .
 fi
 say "built $image in $(elapsed "$t0")"
+current="$(podman image inspect --format '{{.Id}}' "$image")"
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 && say "removed the previous $image (${previous:0:12})" || true
+fi
 
 # --- Inspect -----------------------------------------------------------------
 cfg="$(podman image inspect "$image" --format '{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.Cmd}}|{{.Config.WorkingDir}}|{{.Size}}')"
