@@ -63,8 +63,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[ "$(id -u)" = 0 ] || fail "run as root: the image's /data must be owned by uid 65532 (chown), and rootful podman runs the checks"
-
 # Which builder? buildah first, podman (which embeds buildah) second.
 builder=""
 if command -v buildah >/dev/null 2>&1; then builder=buildah
@@ -102,6 +100,8 @@ if [ -z "$builder" ]; then
   say "$msg"
   exit 0
 fi
+
+[ "$(id -u)" = 0 ] || fail "run as root: the image's /data must be owned by uid 65532 (chown), and rootful podman runs the checks"
 
 # --- Container runtime settings of this machine ---------------------------
 # crun (podman's default runtime on Debian 12) refuses a hybrid cgroup v1/v2
