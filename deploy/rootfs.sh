@@ -12,8 +12,8 @@ out="${1:?usage: deploy/rootfs.sh OUT}"
 mkdir -p "$out/etc/ssl/certs" "$out/tmp" "$out/data"
 
 # CGO_ENABLED=0: the SQLite engine (modernc.org/sqlite) is pure Go, so the
-# binary is static and needs no libc. -trimpath and an empty build id make
-# it reproducible. cmd/leasehold's Version is a constant (version.go), not
+# binary is static and needs no libc. -trimpath and an empty build id keep
+# the builder's paths and build ids out of it. cmd/leasehold's Version is a constant (version.go), not
 # a variable, so there is nothing to set with -X: the binary reports the
 # version its source says.
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -buildid=" -o "$out/leasehold" ./cmd/leasehold
