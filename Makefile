@@ -5,6 +5,13 @@ BUF_VERSION                ?= v1.75.0
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 GRPCURL_VERSION            ?= v1.9.4
+HELM_VERSION               ?= v3.22.0
+# The Kubernetes version helm lints and renders the chart for (helm's k8s.io
+# modules are v0.37); passed explicitly so the result never depends on how
+# helm was built. deploy/render.sh and deploy/ci.sh read it from the
+# environment, with the same default.
+KUBE_VERSION               ?= 1.37.0
+export KUBE_VERSION
 
 BIN := $(CURDIR)/.bin
 export PATH := $(BIN):$(PATH)
@@ -25,7 +32,7 @@ MODES  ?= drain combined latency
 # Extra flags for every run, e.g. BENCH_FLAGS="--jobs 5000 --duration 5s".
 BENCH_FLAGS ?=
 
-.PHONY: all tools generate lint build test run bench bench-compare fuzz clean
+.PHONY: all tools generate lint build test run bench bench-compare fuzz clean helm manifests image deploy-check
 
 all: lint build test
 
@@ -37,6 +44,15 @@ $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 $(BIN)/grpcurl:
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
+# helm's release build stamps its version and default Kubernetes version
+# with -X; go install does not, so do it here (`helm version` then says
+# $(HELM_VERSION), which deploy/ci.sh checks).
+$(BIN)/helm:
+	GOBIN=$(BIN) go install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
 
@@ -74,6 +90,22 @@ bench-compare:
 	cd bench/river && go build -o $(BIN)/river-bench .
 	$(BIN)/leasehold bench compare --river-bin $(BIN)/river-bench \
 	  --rounds $(ROUNDS) --modes "$(MODES)" --database-url "$(LEASEHOLD_BENCH_DATABASE_URL)" $(BENCH_FLAGS)
+
+## helm: install the pinned helm into ./.bin.
+helm: $(BIN)/helm
+
+## manifests: render deploy/kubernetes/ from the Helm chart with default values.
+manifests: $(BIN)/helm
+	deploy/render.sh > deploy/kubernetes/leasehold.yaml.tmp
+	mv deploy/kubernetes/leasehold.yaml.tmp deploy/kubernetes/leasehold.yaml
+
+## image: build the container image and run it once (deploy/image.sh).
+image:
+	deploy/image.sh
+
+## deploy-check: helm lint, the strict manifest test, the image (deploy/ci.sh).
+deploy-check:
+	deploy/ci.sh
 
 clean:
 	rm -rf $(BIN) bench.txt

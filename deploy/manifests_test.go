@@ -1,0 +1,740 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	k8sjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// What the chart must always produce.
+const (
+	grpcPort          = 7400
+	httpPort          = 7401
+	nonrootUID        = 65532
+	tlsDir            = "/etc/leasehold/tls"
+	databaseURLEnv    = "LEASEHOLD_DATABASE_URL"
+	traceFlushTimeout = 5 * time.Second // cmd/leasehold telemetryShutdownTimeout
+	hookPhases        = "pre-install,pre-upgrade"
+)
+
+// manifestsFile is the committed default render (make manifests).
+var manifestsFile = filepath.Join("kubernetes", "leasehold.yaml")
+
+// fullValues turns every optional part on: TLS, mTLS, a chart-created
+// database Secret, the ServiceMonitor and the HPA.
+var fullValues = filepath.Join("helm", "leasehold", "ci", "full-values.yaml")
+
+// render runs deploy/render.sh (the script make manifests uses) with extra
+// helm template arguments.
+func render(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := runRender(args...)
+	if err != nil {
+		t.Fatalf("render.sh %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func runRender(args ...string) ([]byte, error) {
+	cmd := exec.Command("./render.sh", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// serviceMonitor is the part of the Prometheus Operator's
+// monitoring.coreos.com/v1 ServiceMonitor that the chart may use. It has no
+// type in k8s.io/api; decoding into it strictly catches a misspelled or
+// misplaced field all the same (the field names are the CRD's).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		JobLabel  string `json:"jobLabel,omitempty"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path,omitempty"`
+			Scheme        string `json:"scheme,omitempty"`
+			Interval      string `json:"interval,omitempty"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			HonorLabels   bool   `json:"honorLabels,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// kinds maps each apiVersion/kind the chart may render to the type it must
+// decode into. Anything else is an error.
+var kinds = map[string]func() metav1.Object{
+	"apps/v1/Deployment":                      func() metav1.Object { return &appsv1.Deployment{} },
+	"v1/Service":                              func() metav1.Object { return &corev1.Service{} },
+	"v1/ServiceAccount":                       func() metav1.Object { return &corev1.ServiceAccount{} },
+	"v1/Secret":                               func() metav1.Object { return &corev1.Secret{} },
+	"policy/v1/PodDisruptionBudget":           func() metav1.Object { return &policyv1.PodDisruptionBudget{} },
+	"batch/v1/Job":                            func() metav1.Object { return &batchv1.Job{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":  func() metav1.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"monitoring.coreos.com/v1/ServiceMonitor": func() metav1.Object { return &serviceMonitor{} },
+}
+
+// rendered is one render, decoded strictly.
+type rendered struct {
+	deployment     *appsv1.Deployment
+	service        *corev1.Service
+	serviceAccount *corev1.ServiceAccount
+	pdb            *policyv1.PodDisruptionBudget
+	job            *batchv1.Job
+	secrets        []*corev1.Secret
+	hpa            *autoscalingv2.HorizontalPodAutoscaler
+	serviceMonitor *serviceMonitor
+	all            []metav1.Object
+}
+
+// decode splits a multi-document YAML stream and decodes every object
+// strictly into its k8s.io/api type: duplicate keys, unknown fields, fields
+// whose case is wrong and values of the wrong type all fail.
+func decode(t *testing.T, stream []byte) *rendered {
+	t.Helper()
+	var r rendered
+	for i, doc := range splitYAML(stream) {
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, doc)
+		}
+		var tm metav1.TypeMeta
+		if err := k8sjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		key := tm.APIVersion + "/" + tm.Kind
+		newObj, ok := kinds[key]
+		if !ok {
+			t.Fatalf("document %d: unexpected object %s; add it to kinds in this test", i, key)
+		}
+		obj := newObj()
+		strict, err := k8sjson.UnmarshalStrict(js, obj)
+		if err != nil {
+			t.Fatalf("%s %d: %v", key, i, err)
+		}
+		if len(strict) > 0 {
+			t.Errorf("%s %q does not decode strictly:", key, obj.GetName())
+			for _, e := range strict {
+				t.Errorf("  %v", e)
+			}
+			continue
+		}
+		r.all = append(r.all, obj)
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			setOnce(t, &r.deployment, o)
+		case *corev1.Service:
+			setOnce(t, &r.service, o)
+		case *corev1.ServiceAccount:
+			setOnce(t, &r.serviceAccount, o)
+		case *policyv1.PodDisruptionBudget:
+			setOnce(t, &r.pdb, o)
+		case *batchv1.Job:
+			setOnce(t, &r.job, o)
+		case *corev1.Secret:
+			r.secrets = append(r.secrets, o)
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			setOnce(t, &r.hpa, o)
+		case *serviceMonitor:
+			setOnce(t, &r.serviceMonitor, o)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return &r
+}
+
+func setOnce[T any](t *testing.T, dst **T, v *T) {
+	t.Helper()
+	if *dst != nil {
+		t.Fatalf("two objects of type %T rendered; expected one", v)
+	}
+	*dst = v
+}
+
+// splitYAML splits a YAML stream on document separators and drops
+// documents that hold only comments.
+func splitYAML(stream []byte) [][]byte {
+	var docs [][]byte
+	var cur bytes.Buffer
+	flush := func() {
+		content := false
+		for line := range strings.Lines(cur.String()) {
+			if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "#") {
+				content = true
+				break
+			}
+		}
+		if content {
+			docs = append(docs, bytes.Clone(cur.Bytes()))
+		}
+		cur.Reset()
+	}
+	for line := range strings.Lines(string(stream)) {
+		if strings.TrimRight(line, " \r\n") == "---" {
+			flush()
+			continue
+		}
+		cur.WriteString(line)
+	}
+	flush()
+	return docs
+}
+
+// TestDefaultRender checks the render of the default values, strictly
+// decoded, against the chart's invariants.
+func TestDefaultRender(t *testing.T) {
+	r := decode(t, render(t))
+	checkCommon(t, r, expect{replicas: 2})
+	if r.hpa != nil || r.serviceMonitor != nil {
+		t.Error("HPA and ServiceMonitor are off by default but rendered")
+	}
+	if len(r.secrets) != 0 {
+		t.Errorf("the default render creates %d Secrets; it must use the existing database Secret", len(r.secrets))
+	}
+	c := coordinatorContainer(t, r.deployment)
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--tls") {
+			t.Errorf("TLS is off by default but args have %s", a)
+		}
+	}
+}
+
+// TestFullRender turns on TLS, mTLS, a chart-created database Secret, the
+// ServiceMonitor and the HPA.
+func TestFullRender(t *testing.T) {
+	r := decode(t, render(t, "-f", fullValues))
+	checkCommon(t, r, expect{tls: true, mtls: true, autoscaled: true})
+
+	if r.serviceMonitor == nil {
+		t.Fatal("no ServiceMonitor rendered")
+	}
+	sm := r.serviceMonitor
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
+		t.Errorf("ServiceMonitor endpoints = %+v, want port http, path /metrics", sm.Spec.Endpoints)
+	}
+	if !selects(sm.Spec.Selector.MatchLabels, r.service.Labels) {
+		t.Errorf("ServiceMonitor selector %v does not select the Service (labels %v)", sm.Spec.Selector.MatchLabels, r.service.Labels)
+	}
+	if sm.Labels["release"] != "prometheus" {
+		t.Errorf("ServiceMonitor lacks metrics.serviceMonitor.labels: %v", sm.Labels)
+	}
+
+	if r.hpa == nil {
+		t.Fatal("no HorizontalPodAutoscaler rendered")
+	}
+	ref := r.hpa.Spec.ScaleTargetRef
+	if ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" || ref.Name != r.deployment.Name {
+		t.Errorf("HPA targets %+v, want the Deployment %q", ref, r.deployment.Name)
+	}
+	if r.hpa.Spec.MinReplicas == nil || *r.hpa.Spec.MinReplicas < 2 {
+		t.Errorf("HPA minReplicas = %v, want at least 2 (the PDB keeps 1)", r.hpa.Spec.MinReplicas)
+	}
+
+	// The chart-created database Secret exists before the migration Job
+	// (both are hooks; the Secret's weight is lower).
+	if len(r.secrets) != 1 {
+		t.Fatalf("rendered %d Secrets, want the chart-created database Secret", len(r.secrets))
+	}
+	s := r.secrets[0]
+	ref2 := envSecretRef(t, coordinatorContainer(t, r.deployment).Env)
+	if s.Name != ref2.Name {
+		t.Errorf("the coordinator reads Secret %q, the chart created %q", ref2.Name, s.Name)
+	}
+	if _, ok := s.Data[ref2.Key]; !ok {
+		t.Errorf("Secret %q has no key %q", s.Name, ref2.Key)
+	}
+	if s.Annotations["helm.sh/hook"] != hookPhases {
+		t.Errorf("database Secret hook = %q, want %q (the migration Job needs it before install)", s.Annotations["helm.sh/hook"], hookPhases)
+	}
+	if hookWeight(t, s) >= hookWeight(t, r.job) {
+		t.Errorf("database Secret hook weight %d must be below the migration Job's %d", hookWeight(t, s), hookWeight(t, r.job))
+	}
+}
+
+// TestCommittedManifestsMatchDefaultRender keeps deploy/kubernetes in sync
+// with the chart.
+func TestCommittedManifestsMatchDefaultRender(t *testing.T) {
+	want := render(t)
+	got, err := os.ReadFile(manifestsFile)
+	if err != nil {
+		t.Fatalf("%v (run make manifests)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("deploy/%s differs from the chart's default render: run make manifests and commit the result\n%s",
+			manifestsFile, firstDifference(got, want))
+	}
+}
+
+// TestBadValuesFail checks that the chart refuses values that cannot work,
+// instead of rendering something broken.
+func TestBadValuesFail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  string
+		want string
+	}{
+		{"TLS without a Secret", "tls.enabled=true", "tls.secretName is required"},
+		{"mTLS without TLS", "tls.clientCA.enabled=true", "needs tls.enabled"},
+		{"misspelled key", "replicaCont=3", "replicaCont"},
+		{"no database", "database.existingSecret=", "database.existingSecret"},
+		{"bad log level", "logLevel=verbose", "logLevel"},
+		{"bad grace", "shutdownGrace=10", "shutdownGrace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := runRender("--set", tc.set)
+			if err == nil {
+				t.Fatalf("--set %s rendered without error:\n%s", tc.set, out)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("--set %s: error %q does not mention %q", tc.set, err, tc.want)
+			}
+		})
+	}
+}
+
+type expect struct {
+	replicas   int32 // when not autoscaled
+	tls, mtls  bool
+	autoscaled bool
+}
+
+// checkCommon checks what holds for every render.
+func checkCommon(t *testing.T, r *rendered, want expect) {
+	for name, present := range map[string]bool{
+		"Deployment": r.deployment != nil, "Service": r.service != nil, "ServiceAccount": r.serviceAccount != nil,
+		"PodDisruptionBudget": r.pdb != nil, "migration Job": r.job != nil,
+	} {
+		if !present {
+			t.Fatalf("no %s rendered", name)
+		}
+	}
+	for _, o := range r.all {
+		checkMeta(t, o)
+	}
+
+	d := r.deployment
+	podLabels := d.Spec.Template.Labels
+	if !selects(d.Spec.Selector.MatchLabels, podLabels) {
+		t.Errorf("Deployment selector %v does not select its pods %v", d.Spec.Selector.MatchLabels, podLabels)
+	}
+	if want.autoscaled {
+		if d.Spec.Replicas != nil {
+			t.Errorf("autoscaled, yet the Deployment sets replicas %d (it would fight the HPA)", *d.Spec.Replicas)
+		}
+	} else if d.Spec.Replicas == nil || *d.Spec.Replicas != want.replicas {
+		t.Errorf("replicas = %v, want %d", d.Spec.Replicas, want.replicas)
+	}
+
+	pod := d.Spec.Template.Spec
+	checkPodSecurity(t, "Deployment", &pod)
+	c := coordinatorContainer(t, d)
+
+	// Ports.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["grpc"] != grpcPort || ports["http"] != httpPort {
+		t.Errorf("container ports = %v, want grpc %d and http %d", ports, grpcPort, httpPort)
+	}
+
+	// Probes: native gRPC on the gRPC port, health service names.
+	wantMode := ""
+	if want.tls {
+		wantMode = string(corev1.GRPCProbeModeTLS)
+	}
+	checkGRPCProbe(t, "liveness", c.LivenessProbe, "liveness", wantMode)
+	checkGRPCProbe(t, "readiness", c.ReadinessProbe, "readiness", wantMode)
+	if c.StartupProbe != nil {
+		checkGRPCProbe(t, "startup", c.StartupProbe, "liveness", wantMode)
+	}
+
+	// Arguments.
+	args := c.Args
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("args = %q, want serve first", args)
+	}
+	for flag, value := range map[string]string{
+		"--listen":      fmt.Sprintf("0.0.0.0:%d", grpcPort),
+		"--http-listen": fmt.Sprintf("0.0.0.0:%d", httpPort),
+		"--log-format":  "json",
+		"--auth":        "api-key",
+	} {
+		if got := flagValue(args, flag); got != value {
+			t.Errorf("serve %s = %q, want %q (args %q)", flag, got, value, args)
+		}
+	}
+	if !slices.Contains(args, "--no-migrate") {
+		t.Errorf("serve lacks --no-migrate (the migration Job migrates): %q", args)
+	}
+	tlsFlags := map[string]string{
+		"--tls-cert-file": tlsDir + "/tls.crt",
+		"--tls-key-file":  tlsDir + "/tls.key",
+	}
+	if want.mtls {
+		tlsFlags["--tls-client-ca-file"] = tlsDir + "/ca.crt"
+	}
+	if want.tls {
+		for flag, value := range tlsFlags {
+			if got := flagValue(args, flag); got != value {
+				t.Errorf("serve %s = %q, want %q", flag, got, value)
+			}
+		}
+		checkTLSVolume(t, &pod, c, want.mtls)
+	}
+
+	// Shutdown: preStop sleep + two grace periods + the trace flush fit in
+	// terminationGracePeriodSeconds.
+	grace, err := time.ParseDuration(flagValue(args, "--shutdown-grace"))
+	if err != nil {
+		t.Fatalf("serve --shutdown-grace: %v (args %q)", err, args)
+	}
+	var preStop time.Duration
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		t.Error("no native preStop sleep (the image has no shell, so it must be lifecycle.preStop.sleep)")
+	} else {
+		ps := c.Lifecycle.PreStop
+		if ps.Exec != nil || ps.HTTPGet != nil || ps.TCPSocket != nil {
+			t.Errorf("preStop has more than a sleep: %+v", ps)
+		}
+		preStop = time.Duration(ps.Sleep.Seconds) * time.Second
+	}
+	if pod.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds not set")
+	}
+	tgps := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
+	if need := preStop + 2*grace + traceFlushTimeout; tgps <= need {
+		t.Errorf("terminationGracePeriodSeconds %v must exceed preStop %v + 2 x grace %v + flush %v = %v", tgps, preStop, grace, traceFlushTimeout, need)
+	}
+	if tgps <= 2*grace {
+		t.Errorf("terminationGracePeriodSeconds %v must exceed 2 x --shutdown-grace %v", tgps, grace)
+	}
+
+	// Resources.
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Requests[name]; !ok {
+			t.Errorf("no %s request", name)
+		}
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
+		t.Error("no memory limit")
+	}
+
+	// The database URL comes from a Secret, in both the coordinator and the
+	// migration Job.
+	dbRef := envSecretRef(t, c.Env)
+
+	// ServiceAccount: never a token.
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("Deployment pods mount a service account token")
+	}
+	if a := r.serviceAccount.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("ServiceAccount automountServiceAccountToken is not false")
+	}
+	if pod.ServiceAccountName != r.serviceAccount.Name {
+		t.Errorf("pods run as %q, the chart's ServiceAccount is %q", pod.ServiceAccountName, r.serviceAccount.Name)
+	}
+
+	// Service.
+	svcPorts := map[string]corev1.ServicePort{}
+	for _, p := range r.service.Spec.Ports {
+		svcPorts[p.Name] = p
+	}
+	for name, wp := range map[string]struct {
+		port  int32
+		proto string
+	}{"grpc": {grpcPort, "grpc"}, "http": {httpPort, "http"}} {
+		p, ok := svcPorts[name]
+		if !ok {
+			t.Errorf("Service has no %s port", name)
+			continue
+		}
+		if p.Port != wp.port || p.TargetPort.String() != name || p.AppProtocol == nil || *p.AppProtocol != wp.proto {
+			t.Errorf("Service port %s = %+v, want port %d, targetPort %s, appProtocol %s", name, p, wp.port, name, wp.proto)
+		}
+	}
+	if !selects(r.service.Spec.Selector, podLabels) {
+		t.Errorf("Service selector %v does not select the pods %v", r.service.Spec.Selector, podLabels)
+	}
+
+	// PodDisruptionBudget.
+	if r.pdb.Spec.MinAvailable == nil || r.pdb.Spec.MinAvailable.String() != "1" {
+		t.Errorf("PDB minAvailable = %v, want 1", r.pdb.Spec.MinAvailable)
+	}
+	if !selects(r.pdb.Spec.Selector.MatchLabels, podLabels) {
+		t.Errorf("PDB selector %v does not select the pods %v", r.pdb.Spec.Selector.MatchLabels, podLabels)
+	}
+
+	// Migration Job.
+	j := r.job
+	if j.Annotations["helm.sh/hook"] != hookPhases {
+		t.Errorf("migration Job hook = %q, want %q", j.Annotations["helm.sh/hook"], hookPhases)
+	}
+	jpod := j.Spec.Template.Spec
+	checkPodSecurity(t, "migration Job", &jpod)
+	if len(jpod.Containers) != 1 {
+		t.Fatalf("migration Job has %d containers, want 1", len(jpod.Containers))
+	}
+	jc := jpod.Containers[0]
+	if !slices.Equal(jc.Args, []string{"migrate"}) {
+		t.Errorf("migration Job args = %q, want [migrate]", jc.Args)
+	}
+	if jc.Image != c.Image {
+		t.Errorf("migration Job image %q differs from the coordinator's %q", jc.Image, c.Image)
+	}
+	if jpod.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("migration Job restartPolicy = %q, want Never", jpod.RestartPolicy)
+	}
+	if got := envSecretRef(t, jc.Env); got.Name != dbRef.Name || got.Key != dbRef.Key {
+		t.Errorf("migration Job reads %s/%s, the coordinator %s/%s", got.Name, got.Key, dbRef.Name, dbRef.Key)
+	}
+	// The migration pods must not look like coordinators: the Service would
+	// route calls to them, and the PDB and Deployment would count them.
+	jobLabels := j.Spec.Template.Labels
+	for what, sel := range map[string]map[string]string{
+		"Service": r.service.Spec.Selector, "PodDisruptionBudget": r.pdb.Spec.Selector.MatchLabels,
+		"Deployment": d.Spec.Selector.MatchLabels,
+	} {
+		if selects(sel, jobLabels) {
+			t.Errorf("the %s selector %v also selects the migration pods %v", what, sel, jobLabels)
+		}
+	}
+	if jpod.AutomountServiceAccountToken == nil || *jpod.AutomountServiceAccountToken {
+		t.Error("migration pods mount a service account token")
+	}
+}
+
+// checkMeta checks names and the standard labels of every object.
+func checkMeta(t *testing.T, o metav1.Object) {
+	what := fmt.Sprintf("%T %q", o, o.GetName())
+	for _, msg := range validation.IsDNS1123Subdomain(o.GetName()) {
+		t.Errorf("%s: name: %s", what, msg)
+	}
+	if o.GetNamespace() != "leasehold" {
+		t.Errorf("%s: namespace %q, want the release namespace leasehold", what, o.GetNamespace())
+	}
+	for _, l := range []string{
+		"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+		"app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart",
+	} {
+		if o.GetLabels()[l] == "" {
+			t.Errorf("%s: no %s label", what, l)
+		}
+	}
+	for k, v := range o.GetLabels() {
+		for _, msg := range validation.IsQualifiedName(k) {
+			t.Errorf("%s: label key %q: %s", what, k, msg)
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			t.Errorf("%s: label %s=%q: %s", what, k, v, msg)
+		}
+	}
+}
+
+func checkPodSecurity(t *testing.T, what string, pod *corev1.PodSpec) {
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != nonrootUID {
+		t.Errorf("%s: pod securityContext %+v, want runAsNonRoot and runAsUser %d", what, psc, nonrootUID)
+	}
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccompProfile is not RuntimeDefault", what)
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("%s: container %s has no securityContext", what, c.Name)
+			continue
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container %s: root filesystem is writable", what, c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: container %s: privilege escalation allowed", what, c.Name)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: container %s is privileged", what, c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: container %s: capabilities %+v, want drop ALL and add none", what, c.Name, sc.Capabilities)
+		}
+		if sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot || sc.RunAsUser != nil && *sc.RunAsUser != nonrootUID {
+			t.Errorf("%s: container %s overrides the nonroot user", what, c.Name)
+		}
+	}
+}
+
+func checkGRPCProbe(t *testing.T, what string, p *corev1.Probe, service, mode string) {
+	if p == nil {
+		t.Errorf("no %s probe", what)
+		return
+	}
+	if p.Exec != nil || p.HTTPGet != nil || p.TCPSocket != nil {
+		t.Errorf("%s probe is not (only) gRPC: %+v", what, p.ProbeHandler)
+	}
+	g := p.GRPC
+	if g == nil {
+		t.Errorf("%s probe is not a gRPC probe", what)
+		return
+	}
+	if g.Port != grpcPort {
+		t.Errorf("%s probe port %d, want %d", what, g.Port, grpcPort)
+	}
+	if g.Service == nil {
+		t.Errorf("%s probe has no health service name, want %q", what, service)
+	} else if *g.Service != service {
+		t.Errorf("%s probe health service %q, want %q", what, *g.Service, service)
+	}
+	gotMode := ""
+	if g.Mode != nil {
+		gotMode = string(*g.Mode)
+	}
+	if gotMode != mode {
+		t.Errorf("%s probe mode %q, want %q", what, gotMode, mode)
+	}
+}
+
+// checkTLSVolume checks that the files the TLS flags name are mounted from
+// Secrets.
+func checkTLSVolume(t *testing.T, pod *corev1.PodSpec, c *corev1.Container, mtls bool) {
+	var mount *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].MountPath == tlsDir {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Fatalf("no read-only mount at %s: %+v", tlsDir, c.VolumeMounts)
+	}
+	files := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.Name != mount.Name {
+			continue
+		}
+		if v.Projected == nil {
+			t.Fatalf("TLS volume %q is not a projected volume of Secrets", v.Name)
+		}
+		for _, s := range v.Projected.Sources {
+			if s.Secret == nil {
+				t.Errorf("TLS volume source is not a Secret: %+v", s)
+				continue
+			}
+			for _, it := range s.Secret.Items {
+				files[it.Path] = true
+			}
+		}
+	}
+	want := []string{"tls.crt", "tls.key"}
+	if mtls {
+		want = append(want, "ca.crt")
+	}
+	for _, f := range want {
+		if !files[f] {
+			t.Errorf("TLS volume lacks %s (has %v)", f, files)
+		}
+	}
+}
+
+func coordinatorContainer(t *testing.T, d *appsv1.Deployment) *corev1.Container {
+	t.Helper()
+	cs := d.Spec.Template.Spec.Containers
+	if len(cs) != 1 {
+		t.Fatalf("Deployment has %d containers, want 1", len(cs))
+	}
+	return &cs[0]
+}
+
+func envSecretRef(t *testing.T, env []corev1.EnvVar) *corev1.SecretKeySelector {
+	t.Helper()
+	for _, e := range env {
+		if e.Name != databaseURLEnv {
+			continue
+		}
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Fatalf("%s is not read from a Secret: %+v", databaseURLEnv, e)
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		if ref.Optional != nil && *ref.Optional {
+			t.Errorf("%s Secret is optional: without it the coordinator would not use PostgreSQL", databaseURLEnv)
+		}
+		return ref
+	}
+	t.Fatalf("no %s in env %+v", databaseURLEnv, env)
+	return nil
+}
+
+func hookWeight(t *testing.T, o metav1.Object) int {
+	t.Helper()
+	var w int
+	if _, err := fmt.Sscan(o.GetAnnotations()["helm.sh/hook-weight"], &w); err != nil {
+		t.Fatalf("%s: helm.sh/hook-weight: %v", o.GetName(), err)
+	}
+	return w
+}
+
+// flagValue returns the argument after flag, or "" when flag is absent.
+func flagValue(args []string, flag string) string {
+	i := slices.Index(args, flag)
+	if i < 0 || i+1 >= len(args) {
+		return ""
+	}
+	return args[i+1]
+}
+
+// selects reports whether every label of selector is in labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// firstDifference shows the first line where got and want differ.
+func firstDifference(got, want []byte) string {
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return fmt.Sprintf("line %d:\n  committed: %q\n  rendered:  %q", i+1, gl, wl)
+		}
+	}
+	return ""
+}
