@@ -37,6 +37,11 @@ type session struct {
 	cancel      context.CancelCauseFunc
 	done        chan struct{} // closed when the handler returns
 
+	// reportSlots bounds the reports being committed at once; reports
+	// counts their goroutines so the handler waits for them.
+	reportSlots chan struct{}
+	reports     sync.WaitGroup
+
 	mu       sync.Mutex // guards out, leases, closed, draining
 	out      []*leaseholdv1.ConnectResponse
 	leases   map[string]store.LeaseToken // job id → token held through this stream
@@ -132,8 +137,9 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		connectedAt: c.wallNow(),
 		ctx:         sctx, cancel: cancel,
 		done:   make(chan struct{}),
-		leases: make(map[string]store.LeaseToken),
-		signal: make(chan struct{}, 1),
+		leases:      make(map[string]store.LeaseToken),
+		signal:      make(chan struct{}, 1),
+		reportSlots: make(chan struct{}, streamReportsMax),
 	}
 	if s.lease == 0 {
 		s.lease = c.cfg.DefaultLeaseDuration
@@ -166,8 +172,9 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	go func() { recvDone <- s.recvLoop(stream) }()
 	err = s.sendLoop(stream, recvDone)
 	// End the receiver (it returns once the handler returns and the stream
-	// context ends) before the deferred cleanup.
+	// context ends) and the reports in flight before the deferred cleanup.
 	cancel(nil)
+	s.reports.Wait()
 	return err
 }
 
@@ -226,6 +233,24 @@ func (s *session) recvLoop(stream leaseholdv1.WorkerService_ConnectServer) error
 				return nil
 			}
 			return recvStatus(err)
+		}
+		if r, ok := s.decodeReport(m); ok {
+			if r.err != nil {
+				// An invalid report is answered, not fatal: the stream's
+				// other leases are fine.
+				out := &leaseholdv1.ReportResult{Token: r.tok, Kind: r.kind}
+				setReportError(out, toStatus(s.ctx, c.log, r.err))
+				s.enqueue(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}})
+				continue
+			}
+			select {
+			case s.reportSlots <- struct{}{}:
+			case <-s.ctx.Done():
+				return nil
+			}
+			s.reports.Add(1)
+			go s.report(r)
+			continue
 		}
 		switch msg := m.GetMsg().(type) {
 		case *leaseholdv1.ConnectRequest_Credit:

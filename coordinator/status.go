@@ -32,6 +32,9 @@ const (
 	ReasonStreamReplaced      = "STREAM_REPLACED"
 	ReasonUnimplemented       = "UNIMPLEMENTED"
 	ReasonInternal            = "INTERNAL"
+	// ReasonReportMismatch: the lease already made this terminal report
+	// with another result or error; the first one stands.
+	ReasonReportMismatch = "REPORT_MISMATCH"
 )
 
 // statusError builds a status with an ErrorInfo reason.
@@ -80,6 +83,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrLeaseLost):
 		return statusError(codes.FailedPrecondition, ReasonLeaseLost,
 			"the lease is no longer held at this generation: stop working on the job and publish nothing more for it")
+	case errors.Is(err, store.ErrReportMismatch):
+		return statusError(codes.FailedPrecondition, ReasonReportMismatch,
+			"this lease already reported a different outcome (result or error); the first report stands")
 	case errors.Is(err, store.ErrIdempotencyConflict):
 		return statusError(codes.AlreadyExists, ReasonIdempotencyConflict,
 			"request_id was already used with a different request: use a new request_id or resend the original request")

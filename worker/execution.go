@@ -200,36 +200,45 @@ func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), reportTimeout)
 	defer cancel()
-	var what string
-	var call func(ctx context.Context) error
+	var (
+		what  string
+		kind  leaseholdv1.ReportKind
+		msg   *leaseholdv1.ConnectRequest
+		unary func(ctx context.Context) error
+	)
 	switch {
 	case handlerErr == nil:
 		// Even after a cancel request: the work is done, and reporting it
 		// cancelled would hide side effects that happened. The coordinator's
 		// compare-and-set decides between the two.
-		what = "complete"
-		call = func(ctx context.Context) error {
-			_, err := w.api.Complete(ctx, &leaseholdv1.CompleteRequest{Token: e.token, Result: result})
+		what, kind = "complete", leaseholdv1.ReportKind_REPORT_KIND_COMPLETE
+		req := &leaseholdv1.CompleteRequest{Token: e.token, Result: result}
+		msg = &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Complete{Complete: req}}
+		unary = func(ctx context.Context) error {
+			_, err := w.api.Complete(ctx, req)
 			return err
 		}
 	case right.cancelRequested:
-		what = "acknowledge cancel"
-		reason := cmp.Or(right.cancelReason, "cancel requested")
-		call = func(ctx context.Context) error {
-			_, err := w.api.Cancel(ctx, &leaseholdv1.CancelRequest{Token: e.token, Reason: truncate(reason, 1024)})
+		what, kind = "acknowledge cancel", leaseholdv1.ReportKind_REPORT_KIND_CANCEL
+		req := &leaseholdv1.CancelRequest{Token: e.token, Reason: truncate(cmp.Or(right.cancelReason, "cancel requested"), 1024)}
+		msg = &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Cancel{Cancel: req}}
+		unary = func(ctx context.Context) error {
+			_, err := w.api.Cancel(ctx, req)
 			return err
 		}
 	case errors.Is(context.Cause(e.ctx), ErrShutdown):
 		// Cut short by shutdown: give the job back without spending the
 		// attempt.
-		what = "release"
-		call = func(ctx context.Context) error {
-			_, err := w.api.Release(ctx, &leaseholdv1.ReleaseRequest{Token: e.token})
+		what, kind = "release", leaseholdv1.ReportKind_REPORT_KIND_RELEASE
+		req := &leaseholdv1.ReleaseRequest{Token: e.token}
+		msg = &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Release{Release: req}}
+		unary = func(ctx context.Context) error {
+			_, err := w.api.Release(ctx, req)
 			return err
 		}
 	default:
 		f := classify(handlerErr)
-		what = "retry"
+		what, kind = "retry", leaseholdv1.ReportKind_REPORT_KIND_RETRY
 		req := &leaseholdv1.RetryRequest{
 			Token: e.token,
 			Error: &leaseholdv1.JobError{Code: f.code, Message: f.message, Retryable: f.retryable},
@@ -238,10 +247,24 @@ func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
 			req.RetryAfter = durationpb.New(f.retryAfter)
 		}
 		attrs = append(attrs, slog.String("error_code", f.code), slog.Bool("retryable", f.retryable))
-		call = func(ctx context.Context) error {
+		msg = &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Retry{Retry: req}}
+		unary = func(ctx context.Context) error {
 			_, err := w.api.Retry(ctx, req)
 			return err
 		}
+	}
+	// The stream carries the report when it can (no request per job); the
+	// unary call is the fallback, always safe to repeat.
+	call := func(ctx context.Context) error {
+		w.mu.Lock()
+		s := w.sess
+		w.mu.Unlock()
+		if s != nil {
+			if sent, err := s.sendReport(ctx, kind, e.token, msg); sent {
+				return err
+			}
+		}
+		return unary(ctx)
 	}
 	err := retryTransient(ctx, call)
 	switch {

@@ -212,8 +212,47 @@ func (c *recordingConn) Invoke(ctx context.Context, method string, args, reply a
 	return c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
 }
 
+// NewStream records the reports a Connect stream carries as calls of the
+// unary method they stand for, so tests count a report however it went.
+func (c *recordingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := c.ClientConnInterface.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingStream{ClientStream: cs, c: c}, nil
+}
+
+type recordingStream struct {
+	grpc.ClientStream
+	c *recordingConn
+}
+
+func (s *recordingStream) SendMsg(m any) error {
+	if r, ok := m.(*leaseholdv1.ConnectRequest); ok {
+		var method string
+		var req proto.Message
+		switch x := r.GetMsg().(type) {
+		case *leaseholdv1.ConnectRequest_Complete:
+			method, req = "Complete", x.Complete
+		case *leaseholdv1.ConnectRequest_Retry:
+			method, req = "Retry", x.Retry
+		case *leaseholdv1.ConnectRequest_Cancel:
+			method, req = "Cancel", x.Cancel
+		case *leaseholdv1.ConnectRequest_Release:
+			method, req = "Release", x.Release
+		}
+		if req != nil {
+			s.c.mu.Lock()
+			s.c.calls = append(s.c.calls, recordedCall{method: "/leasehold.v1.WorkerService/" + method, req: proto.Clone(req)})
+			s.c.mu.Unlock()
+		}
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
 // tokensSent returns the lease tokens of every recorded call to method
-// ("Complete", "Retry", "Cancel", "Release") for jobID.
+// ("Complete", "Retry", "Cancel", "Release") for jobID, whether it went as
+// a unary call or on the Connect stream.
 func (c *recordingConn) tokensSent(method, jobID string) []*leaseholdv1.LeaseToken {
 	c.mu.Lock()
 	defer c.mu.Unlock()

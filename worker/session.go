@@ -40,6 +40,9 @@ type session struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	cancel    context.CancelFunc
+	// reports are the reports awaiting answers on this stream; nil when
+	// the coordinator does not take reports on the stream.
+	reports *streamReports
 
 	// Guarded by Worker.mu:
 	// outstanding is the credits granted on this stream not yet spent by a
@@ -144,6 +147,9 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 		sendq:   make(chan *leaseholdv1.ConnectRequest, sendQueueLen),
 		credit:  make(chan struct{}, 1),
 		closing: make(chan struct{}),
+	}
+	if w.supportsStreamReports(ctx) {
+		s.reports = &streamReports{pending: map[reportKey]chan *leaseholdv1.ReportResult{}}
 	}
 	lease := cmp.Or(welcome.GetLeaseDuration().AsDuration(), w.cfg.LeaseDuration, LeaseDurationServerDefault)
 	w.mu.Lock()
@@ -289,6 +295,8 @@ func (s *session) recvLoop() error {
 			}}:
 			default:
 			}
+		case *leaseholdv1.ConnectResponse_ReportResult:
+			s.answerReport(m.ReportResult)
 		case *leaseholdv1.ConnectResponse_HeartbeatResult:
 			w.applyRenewals(m.HeartbeatResult.GetResults())
 		case *leaseholdv1.ConnectResponse_CancelRequested:

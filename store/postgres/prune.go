@@ -15,8 +15,8 @@ const pruneBatchSizeMax = 10_000
 
 // Prune implements store.Store. Each batch is its own short transaction:
 // up to BatchSize terminal jobs finished before FinishedBefore, across
-// tenants, with their idempotency records (counted in IdempotencyRecords)
-// and, by cascade, their events, attempts, checkpoints and effects. Batches
+// tenants, with their idempotency records (counted in IdempotencyRecords),
+// events, attempts, checkpoints and effects. Batches
 // repeat until one comes back short; then expired idempotency records go
 // the same way.
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {

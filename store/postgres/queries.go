@@ -439,9 +439,10 @@ const (
 // Retention.
 const (
 	// qPruneJobs deletes up to $2 terminal jobs finished before $1, across
-	// tenants, with their idempotency records; events, attempts,
-	// checkpoints and effects go by ON DELETE CASCADE. Rows another pruner
-	// holds are skipped.
+	// tenants, with every row that hangs off them (idempotency records,
+	// events, attempts, checkpoints, effects: none has a foreign key, so
+	// this statement is what keeps them from being orphaned). Rows another
+	// pruner holds are skipped.
 	qPruneJobs = `WITH victims AS (
 		SELECT tenant, id FROM jobs
 		WHERE finished_at < $1 AND state IN ('succeeded', 'failed', 'cancelled', 'dead')
@@ -452,6 +453,14 @@ const (
 		DELETE FROM idempotency_keys k USING victims v
 		WHERE k.tenant = v.tenant AND k.job_id = v.id
 		RETURNING 1
+	), events AS (
+		DELETE FROM job_events e USING victims v WHERE e.tenant = v.tenant AND e.job_id = v.id
+	), attempts AS (
+		DELETE FROM job_attempts a USING victims v WHERE a.tenant = v.tenant AND a.job_id = v.id
+	), checkpoints AS (
+		DELETE FROM job_checkpoints c USING victims v WHERE c.tenant = v.tenant AND c.job_id = v.id
+	), effects AS (
+		DELETE FROM job_effects f USING victims v WHERE f.tenant = v.tenant AND f.job_id = v.id
 	), deleted AS (
 		DELETE FROM jobs j USING victims v
 		WHERE j.tenant = v.tenant AND j.id = v.id

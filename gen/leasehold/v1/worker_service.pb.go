@@ -82,6 +82,67 @@ func (RenewStatus) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{0}
 }
 
+// ReportKind names a report sent on the Connect stream.
+type ReportKind int32
+
+const (
+	// Never set by the server.
+	ReportKind_REPORT_KIND_UNSPECIFIED ReportKind = 0
+	// A ConnectRequest.complete.
+	ReportKind_REPORT_KIND_COMPLETE ReportKind = 1
+	// A ConnectRequest.retry.
+	ReportKind_REPORT_KIND_RETRY ReportKind = 2
+	// A ConnectRequest.cancel.
+	ReportKind_REPORT_KIND_CANCEL ReportKind = 3
+	// A ConnectRequest.release.
+	ReportKind_REPORT_KIND_RELEASE ReportKind = 4
+)
+
+// Enum value maps for ReportKind.
+var (
+	ReportKind_name = map[int32]string{
+		0: "REPORT_KIND_UNSPECIFIED",
+		1: "REPORT_KIND_COMPLETE",
+		2: "REPORT_KIND_RETRY",
+		3: "REPORT_KIND_CANCEL",
+		4: "REPORT_KIND_RELEASE",
+	}
+	ReportKind_value = map[string]int32{
+		"REPORT_KIND_UNSPECIFIED": 0,
+		"REPORT_KIND_COMPLETE":    1,
+		"REPORT_KIND_RETRY":       2,
+		"REPORT_KIND_CANCEL":      3,
+		"REPORT_KIND_RELEASE":     4,
+	}
+)
+
+func (x ReportKind) Enum() *ReportKind {
+	p := new(ReportKind)
+	*p = x
+	return p
+}
+
+func (x ReportKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReportKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_worker_service_proto_enumTypes[1].Descriptor()
+}
+
+func (ReportKind) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_worker_service_proto_enumTypes[1]
+}
+
+func (x ReportKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReportKind.Descriptor instead.
+func (ReportKind) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{1}
+}
+
 // LeasedJob is a job handed to a worker on a lease.
 type LeasedJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1219,6 +1280,10 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Credit
 	//	*ConnectRequest_Heartbeat
 	//	*ConnectRequest_Ack
+	//	*ConnectRequest_Complete
+	//	*ConnectRequest_Retry
+	//	*ConnectRequest_Cancel
+	//	*ConnectRequest_Release
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1297,6 +1362,42 @@ func (x *ConnectRequest) GetAck() *LeaseAck {
 	return nil
 }
 
+func (x *ConnectRequest) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *ConnectRequest) GetRetry() *RetryRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Retry); ok {
+			return x.Retry
+		}
+	}
+	return nil
+}
+
+func (x *ConnectRequest) GetCancel() *CancelRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *ConnectRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
 type isConnectRequest_Msg interface {
 	isConnectRequest_Msg()
 }
@@ -1322,6 +1423,30 @@ type ConnectRequest_Ack struct {
 	Ack *LeaseAck `protobuf:"bytes,4,opt,name=ack,proto3,oneof"`
 }
 
+type ConnectRequest_Complete struct {
+	// Completes a job, as WorkerService.Complete does; answered by a
+	// ReportResult. Needs the "stream_reports" capability.
+	Complete *CompleteRequest `protobuf:"bytes,5,opt,name=complete,proto3,oneof"`
+}
+
+type ConnectRequest_Retry struct {
+	// Reports a failed attempt, as WorkerService.Retry does; answered by a
+	// ReportResult.
+	Retry *RetryRequest `protobuf:"bytes,6,opt,name=retry,proto3,oneof"`
+}
+
+type ConnectRequest_Cancel struct {
+	// Ends the holder's attempt as cancelled (acknowledging a cancel
+	// request), as WorkerService.Cancel does; answered by a ReportResult.
+	Cancel *CancelRequest `protobuf:"bytes,7,opt,name=cancel,proto3,oneof"`
+}
+
+type ConnectRequest_Release struct {
+	// Gives a job back, as WorkerService.Release does; answered by a
+	// ReportResult.
+	Release *ReleaseRequest `protobuf:"bytes,8,opt,name=release,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Credit) isConnectRequest_Msg() {}
@@ -1329,6 +1454,14 @@ func (*ConnectRequest_Credit) isConnectRequest_Msg() {}
 func (*ConnectRequest_Heartbeat) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Ack) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Complete) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Retry) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Cancel) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_Release) isConnectRequest_Msg() {}
 
 // Hello introduces the worker on a Connect stream.
 type Hello struct {
@@ -1593,6 +1726,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_CancelRequested
 	//	*ConnectResponse_LeaseLost
 	//	*ConnectResponse_Drain
+	//	*ConnectResponse_ReportResult
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1689,6 +1823,15 @@ func (x *ConnectResponse) GetDrain() *Drain {
 	return nil
 }
 
+func (x *ConnectResponse) GetReportResult() *ReportResult {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ReportResult); ok {
+			return x.ReportResult
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -1724,6 +1867,12 @@ type ConnectResponse_Drain struct {
 	Drain *Drain `protobuf:"bytes,6,opt,name=drain,proto3,oneof"`
 }
 
+type ConnectResponse_ReportResult struct {
+	// The answer to one report (complete, retry, cancel, release) sent on
+	// this stream, once it is committed.
+	ReportResult *ReportResult `protobuf:"bytes,7,opt,name=report_result,json=reportResult,proto3,oneof"`
+}
+
 func (*ConnectResponse_Welcome) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Lease) isConnectResponse_Msg() {}
@@ -1735,6 +1884,106 @@ func (*ConnectResponse_CancelRequested) isConnectResponse_Msg() {}
 func (*ConnectResponse_LeaseLost) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Drain) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ReportResult) isConnectResponse_Msg() {}
+
+// ReportResult answers one report sent on the Connect stream with exactly
+// what the unary call would have answered. It is sent only after the
+// report's transaction committed (or failed). Reports of one stream are
+// applied concurrently, so answers may come in any order: correlate them by
+// (kind, token).
+type ReportResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease the report named.
+	Token *LeaseToken `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// Which report this answers.
+	Kind ReportKind `protobuf:"varint,2,opt,name=kind,proto3,enum=leasehold.v1.ReportKind" json:"kind,omitempty"`
+	// The gRPC status code the unary call would have returned: 0 (OK), or
+	// e.g. 9 (FAILED_PRECONDITION) for a lost lease, 14 (UNAVAILABLE) when
+	// the store could not commit (the report may be sent again).
+	Code int32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// The google.rpc.ErrorInfo reason the unary call would have carried
+	// (LEASE_LOST, REPORT_MISMATCH, STORE_UNAVAILABLE, …); empty when OK.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// A human-readable message; empty when OK.
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// The job's state after the report, when OK.
+	State         JobState `protobuf:"varint,6,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResult) Reset() {
+	*x = ReportResult{}
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResult) ProtoMessage() {}
+
+func (x *ReportResult) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
+func (*ReportResult) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReportResult) GetToken() *LeaseToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *ReportResult) GetKind() ReportKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ReportKind_REPORT_KIND_UNSPECIFIED
+}
+
+func (x *ReportResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReportResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReportResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ReportResult) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
 
 // Welcome answers Hello.
 type Welcome struct {
@@ -1751,7 +2000,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2012,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2025,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Welcome) GetCoordinatorId() string {
@@ -1811,7 +2060,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2072,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2085,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatResult) GetResults() []*RenewResult {
@@ -1859,7 +2108,7 @@ type CancelNotice struct {
 
 func (x *CancelNotice) Reset() {
 	*x = CancelNotice{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2120,7 @@ func (x *CancelNotice) String() string {
 func (*CancelNotice) ProtoMessage() {}
 
 func (x *CancelNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2133,7 @@ func (x *CancelNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelNotice.ProtoReflect.Descriptor instead.
 func (*CancelNotice) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelNotice) GetToken() *LeaseToken {
@@ -1912,7 +2161,7 @@ type LeaseLostNotice struct {
 
 func (x *LeaseLostNotice) Reset() {
 	*x = LeaseLostNotice{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2173,7 @@ func (x *LeaseLostNotice) String() string {
 func (*LeaseLostNotice) ProtoMessage() {}
 
 func (x *LeaseLostNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2186,7 @@ func (x *LeaseLostNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseLostNotice.ProtoReflect.Descriptor instead.
 func (*LeaseLostNotice) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseLostNotice) GetToken() *LeaseToken {
@@ -1960,7 +2209,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2221,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2234,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Drain) GetReason() string {
@@ -2011,7 +2260,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2272,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2285,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{32}
 }
 
 // GetVersionResponse describes the server.
@@ -2059,7 +2308,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2320,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2333,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetVersionResponse) GetVersion() string {
@@ -2193,12 +2442,16 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x15provider_operation_id\x18\x04 \x01(\tR\x13providerOperationId\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\"D\n" +
 	"\x14RecordEffectResponse\x12,\n" +
-	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\xde\x01\n" +
+	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\xc0\x03\n" +
 	"\x0eConnectRequest\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x13.leasehold.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06credit\x18\x02 \x01(\v2\x19.leasehold.v1.CreditGrantH\x00R\x06credit\x127\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x17.leasehold.v1.HeartbeatH\x00R\theartbeat\x12*\n" +
-	"\x03ack\x18\x04 \x01(\v2\x16.leasehold.v1.LeaseAckH\x00R\x03ackB\x05\n" +
+	"\x03ack\x18\x04 \x01(\v2\x16.leasehold.v1.LeaseAckH\x00R\x03ack\x12;\n" +
+	"\bcomplete\x18\x05 \x01(\v2\x1d.leasehold.v1.CompleteRequestH\x00R\bcomplete\x122\n" +
+	"\x05retry\x18\x06 \x01(\v2\x1a.leasehold.v1.RetryRequestH\x00R\x05retry\x125\n" +
+	"\x06cancel\x18\a \x01(\v2\x1b.leasehold.v1.CancelRequestH\x00R\x06cancel\x128\n" +
+	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\areleaseB\x05\n" +
 	"\x03msg\"\xca\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -2218,7 +2471,7 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x06tokens\x18\x01 \x03(\v2\x18.leasehold.v1.LeaseTokenR\x06tokens\x12@\n" +
 	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"#\n" +
 	"\bLeaseAck\x12\x17\n" +
-	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\xfe\x02\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\xc1\x03\n" +
 	"\x0fConnectResponse\x121\n" +
 	"\awelcome\x18\x01 \x01(\v2\x15.leasehold.v1.WelcomeH\x00R\awelcome\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.leasehold.v1.LeasedJobH\x00R\x05lease\x12J\n" +
@@ -2226,8 +2479,16 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x10cancel_requested\x18\x04 \x01(\v2\x1a.leasehold.v1.CancelNoticeH\x00R\x0fcancelRequested\x12>\n" +
 	"\n" +
 	"lease_lost\x18\x05 \x01(\v2\x1d.leasehold.v1.LeaseLostNoticeH\x00R\tleaseLost\x12+\n" +
-	"\x05drain\x18\x06 \x01(\v2\x13.leasehold.v1.DrainH\x00R\x05drainB\x05\n" +
-	"\x03msg\"\xbc\x01\n" +
+	"\x05drain\x18\x06 \x01(\v2\x13.leasehold.v1.DrainH\x00R\x05drain\x12A\n" +
+	"\rreport_result\x18\a \x01(\v2\x1a.leasehold.v1.ReportResultH\x00R\freportResultB\x05\n" +
+	"\x03msg\"\xe0\x01\n" +
+	"\fReportResult\x12.\n" +
+	"\x05token\x18\x01 \x01(\v2\x18.leasehold.v1.LeaseTokenR\x05token\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.leasehold.v1.ReportKindR\x04kind\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12,\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\"\xbc\x01\n" +
 	"\aWelcome\x12%\n" +
 	"\x0ecoordinator_id\x18\x01 \x01(\tR\rcoordinatorId\x12@\n" +
 	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12H\n" +
@@ -2255,7 +2516,14 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x18RENEW_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RENEW_STATUS_RENEWED\x10\x01\x12\x15\n" +
 	"\x11RENEW_STATUS_LOST\x10\x02\x12!\n" +
-	"\x1dRENEW_STATUS_CANCEL_REQUESTED\x10\x032\xd8\x06\n" +
+	"\x1dRENEW_STATUS_CANCEL_REQUESTED\x10\x03*\x8b\x01\n" +
+	"\n" +
+	"ReportKind\x12\x1b\n" +
+	"\x17REPORT_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14REPORT_KIND_COMPLETE\x10\x01\x12\x15\n" +
+	"\x11REPORT_KIND_RETRY\x10\x02\x12\x16\n" +
+	"\x12REPORT_KIND_CANCEL\x10\x03\x12\x17\n" +
+	"\x13REPORT_KIND_RELEASE\x10\x042\xd8\x06\n" +
 	"\rWorkerService\x12@\n" +
 	"\x05Claim\x12\x1a.leasehold.v1.ClaimRequest\x1a\x1b.leasehold.v1.ClaimResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12I\n" +
@@ -2282,132 +2550,143 @@ func file_leasehold_v1_worker_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_worker_service_proto_rawDescData
 }
 
-var file_leasehold_v1_worker_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_leasehold_v1_worker_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(RenewStatus)(0),               // 0: leasehold.v1.RenewStatus
-	(*LeasedJob)(nil),              // 1: leasehold.v1.LeasedJob
-	(*ClaimRequest)(nil),           // 2: leasehold.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 3: leasehold.v1.ClaimResponse
-	(*RenewRequest)(nil),           // 4: leasehold.v1.RenewRequest
-	(*RenewResult)(nil),            // 5: leasehold.v1.RenewResult
-	(*RenewResponse)(nil),          // 6: leasehold.v1.RenewResponse
-	(*CompleteRequest)(nil),        // 7: leasehold.v1.CompleteRequest
-	(*CompleteResponse)(nil),       // 8: leasehold.v1.CompleteResponse
-	(*RetryRequest)(nil),           // 9: leasehold.v1.RetryRequest
-	(*RetryResponse)(nil),          // 10: leasehold.v1.RetryResponse
-	(*CancelRequest)(nil),          // 11: leasehold.v1.CancelRequest
-	(*CancelResponse)(nil),         // 12: leasehold.v1.CancelResponse
-	(*ReleaseRequest)(nil),         // 13: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 14: leasehold.v1.ReleaseResponse
-	(*SaveCheckpointRequest)(nil),  // 15: leasehold.v1.SaveCheckpointRequest
-	(*SaveCheckpointResponse)(nil), // 16: leasehold.v1.SaveCheckpointResponse
-	(*ReserveEffectRequest)(nil),   // 17: leasehold.v1.ReserveEffectRequest
-	(*ReserveEffectResponse)(nil),  // 18: leasehold.v1.ReserveEffectResponse
-	(*RecordEffectRequest)(nil),    // 19: leasehold.v1.RecordEffectRequest
-	(*RecordEffectResponse)(nil),   // 20: leasehold.v1.RecordEffectResponse
-	(*ConnectRequest)(nil),         // 21: leasehold.v1.ConnectRequest
-	(*Hello)(nil),                  // 22: leasehold.v1.Hello
-	(*CreditGrant)(nil),            // 23: leasehold.v1.CreditGrant
-	(*Heartbeat)(nil),              // 24: leasehold.v1.Heartbeat
-	(*LeaseAck)(nil),               // 25: leasehold.v1.LeaseAck
-	(*ConnectResponse)(nil),        // 26: leasehold.v1.ConnectResponse
-	(*Welcome)(nil),                // 27: leasehold.v1.Welcome
-	(*HeartbeatResult)(nil),        // 28: leasehold.v1.HeartbeatResult
-	(*CancelNotice)(nil),           // 29: leasehold.v1.CancelNotice
-	(*LeaseLostNotice)(nil),        // 30: leasehold.v1.LeaseLostNotice
-	(*Drain)(nil),                  // 31: leasehold.v1.Drain
-	(*GetVersionRequest)(nil),      // 32: leasehold.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),     // 33: leasehold.v1.GetVersionResponse
-	nil,                            // 34: leasehold.v1.Hello.LabelsEntry
-	(*Job)(nil),                    // 35: leasehold.v1.Job
-	(*LeaseToken)(nil),             // 36: leasehold.v1.LeaseToken
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
-	(*Effect)(nil),                 // 38: leasehold.v1.Effect
-	(*durationpb.Duration)(nil),    // 39: google.protobuf.Duration
-	(*JobError)(nil),               // 40: leasehold.v1.JobError
-	(*Checkpoint)(nil),             // 41: leasehold.v1.Checkpoint
-	(EffectStatus)(0),              // 42: leasehold.v1.EffectStatus
+	(ReportKind)(0),                // 1: leasehold.v1.ReportKind
+	(*LeasedJob)(nil),              // 2: leasehold.v1.LeasedJob
+	(*ClaimRequest)(nil),           // 3: leasehold.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 4: leasehold.v1.ClaimResponse
+	(*RenewRequest)(nil),           // 5: leasehold.v1.RenewRequest
+	(*RenewResult)(nil),            // 6: leasehold.v1.RenewResult
+	(*RenewResponse)(nil),          // 7: leasehold.v1.RenewResponse
+	(*CompleteRequest)(nil),        // 8: leasehold.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 9: leasehold.v1.CompleteResponse
+	(*RetryRequest)(nil),           // 10: leasehold.v1.RetryRequest
+	(*RetryResponse)(nil),          // 11: leasehold.v1.RetryResponse
+	(*CancelRequest)(nil),          // 12: leasehold.v1.CancelRequest
+	(*CancelResponse)(nil),         // 13: leasehold.v1.CancelResponse
+	(*ReleaseRequest)(nil),         // 14: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 15: leasehold.v1.ReleaseResponse
+	(*SaveCheckpointRequest)(nil),  // 16: leasehold.v1.SaveCheckpointRequest
+	(*SaveCheckpointResponse)(nil), // 17: leasehold.v1.SaveCheckpointResponse
+	(*ReserveEffectRequest)(nil),   // 18: leasehold.v1.ReserveEffectRequest
+	(*ReserveEffectResponse)(nil),  // 19: leasehold.v1.ReserveEffectResponse
+	(*RecordEffectRequest)(nil),    // 20: leasehold.v1.RecordEffectRequest
+	(*RecordEffectResponse)(nil),   // 21: leasehold.v1.RecordEffectResponse
+	(*ConnectRequest)(nil),         // 22: leasehold.v1.ConnectRequest
+	(*Hello)(nil),                  // 23: leasehold.v1.Hello
+	(*CreditGrant)(nil),            // 24: leasehold.v1.CreditGrant
+	(*Heartbeat)(nil),              // 25: leasehold.v1.Heartbeat
+	(*LeaseAck)(nil),               // 26: leasehold.v1.LeaseAck
+	(*ConnectResponse)(nil),        // 27: leasehold.v1.ConnectResponse
+	(*ReportResult)(nil),           // 28: leasehold.v1.ReportResult
+	(*Welcome)(nil),                // 29: leasehold.v1.Welcome
+	(*HeartbeatResult)(nil),        // 30: leasehold.v1.HeartbeatResult
+	(*CancelNotice)(nil),           // 31: leasehold.v1.CancelNotice
+	(*LeaseLostNotice)(nil),        // 32: leasehold.v1.LeaseLostNotice
+	(*Drain)(nil),                  // 33: leasehold.v1.Drain
+	(*GetVersionRequest)(nil),      // 34: leasehold.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),     // 35: leasehold.v1.GetVersionResponse
+	nil,                            // 36: leasehold.v1.Hello.LabelsEntry
+	(*Job)(nil),                    // 37: leasehold.v1.Job
+	(*LeaseToken)(nil),             // 38: leasehold.v1.LeaseToken
+	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
+	(*Effect)(nil),                 // 40: leasehold.v1.Effect
+	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*JobError)(nil),               // 42: leasehold.v1.JobError
+	(*Checkpoint)(nil),             // 43: leasehold.v1.Checkpoint
+	(EffectStatus)(0),              // 44: leasehold.v1.EffectStatus
+	(JobState)(0),                  // 45: leasehold.v1.JobState
 }
 var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
-	35, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
-	36, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
-	37, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
-	38, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
-	39, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	39, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	1,  // 6: leasehold.v1.ClaimResponse.jobs:type_name -> leasehold.v1.LeasedJob
-	36, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
-	39, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
-	36, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
+	37, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
+	38, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
+	39, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
+	41, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	41, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	2,  // 6: leasehold.v1.ClaimResponse.jobs:type_name -> leasehold.v1.LeasedJob
+	38, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
+	41, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
+	38, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
 	0,  // 10: leasehold.v1.RenewResult.status:type_name -> leasehold.v1.RenewStatus
-	37, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: leasehold.v1.RenewResponse.results:type_name -> leasehold.v1.RenewResult
-	36, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
-	35, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
-	36, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
-	40, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
-	39, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
-	35, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
-	36, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
-	35, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
-	36, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
-	35, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	36, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
-	41, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
-	36, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	38, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
-	36, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	42, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
-	38, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
-	22, // 30: leasehold.v1.ConnectRequest.hello:type_name -> leasehold.v1.Hello
-	23, // 31: leasehold.v1.ConnectRequest.credit:type_name -> leasehold.v1.CreditGrant
-	24, // 32: leasehold.v1.ConnectRequest.heartbeat:type_name -> leasehold.v1.Heartbeat
-	25, // 33: leasehold.v1.ConnectRequest.ack:type_name -> leasehold.v1.LeaseAck
-	34, // 34: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
-	39, // 35: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
-	36, // 36: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
-	39, // 37: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
-	27, // 38: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
-	1,  // 39: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
-	28, // 40: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
-	29, // 41: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
-	30, // 42: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
-	31, // 43: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
-	39, // 44: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
-	39, // 45: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	5,  // 46: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
-	36, // 47: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
-	36, // 48: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
-	39, // 49: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
-	37, // 50: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
-	2,  // 51: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
-	4,  // 52: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
-	7,  // 53: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
-	9,  // 54: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
-	11, // 55: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
-	13, // 56: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 57: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
-	17, // 58: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
-	19, // 59: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
-	21, // 60: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
-	32, // 61: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
-	3,  // 62: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
-	6,  // 63: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
-	8,  // 64: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
-	10, // 65: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
-	12, // 66: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
-	14, // 67: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 68: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
-	18, // 69: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
-	20, // 70: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
-	26, // 71: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
-	33, // 72: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
-	62, // [62:73] is the sub-list for method output_type
-	51, // [51:62] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	39, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 12: leasehold.v1.RenewResponse.results:type_name -> leasehold.v1.RenewResult
+	38, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
+	37, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
+	38, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
+	42, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
+	41, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
+	37, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
+	38, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
+	37, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
+	38, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
+	37, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	38, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
+	43, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
+	38, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	40, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
+	38, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	44, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
+	40, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
+	23, // 30: leasehold.v1.ConnectRequest.hello:type_name -> leasehold.v1.Hello
+	24, // 31: leasehold.v1.ConnectRequest.credit:type_name -> leasehold.v1.CreditGrant
+	25, // 32: leasehold.v1.ConnectRequest.heartbeat:type_name -> leasehold.v1.Heartbeat
+	26, // 33: leasehold.v1.ConnectRequest.ack:type_name -> leasehold.v1.LeaseAck
+	8,  // 34: leasehold.v1.ConnectRequest.complete:type_name -> leasehold.v1.CompleteRequest
+	10, // 35: leasehold.v1.ConnectRequest.retry:type_name -> leasehold.v1.RetryRequest
+	12, // 36: leasehold.v1.ConnectRequest.cancel:type_name -> leasehold.v1.CancelRequest
+	14, // 37: leasehold.v1.ConnectRequest.release:type_name -> leasehold.v1.ReleaseRequest
+	36, // 38: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
+	41, // 39: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
+	38, // 40: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
+	41, // 41: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
+	29, // 42: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
+	2,  // 43: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
+	30, // 44: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
+	31, // 45: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
+	32, // 46: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
+	33, // 47: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
+	28, // 48: leasehold.v1.ConnectResponse.report_result:type_name -> leasehold.v1.ReportResult
+	38, // 49: leasehold.v1.ReportResult.token:type_name -> leasehold.v1.LeaseToken
+	1,  // 50: leasehold.v1.ReportResult.kind:type_name -> leasehold.v1.ReportKind
+	45, // 51: leasehold.v1.ReportResult.state:type_name -> leasehold.v1.JobState
+	41, // 52: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
+	41, // 53: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	6,  // 54: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
+	38, // 55: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
+	38, // 56: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
+	41, // 57: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
+	39, // 58: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
+	3,  // 59: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
+	5,  // 60: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
+	8,  // 61: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
+	10, // 62: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
+	12, // 63: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
+	14, // 64: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 65: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
+	18, // 66: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
+	20, // 67: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
+	22, // 68: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
+	34, // 69: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
+	4,  // 70: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
+	7,  // 71: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
+	9,  // 72: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
+	11, // 73: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
+	13, // 74: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
+	15, // 75: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 76: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
+	19, // 77: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
+	21, // 78: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
+	27, // 79: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
+	35, // 80: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
+	70, // [70:81] is the sub-list for method output_type
+	59, // [59:70] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_worker_service_proto_init() }
@@ -2421,6 +2700,10 @@ func file_leasehold_v1_worker_service_proto_init() {
 		(*ConnectRequest_Credit)(nil),
 		(*ConnectRequest_Heartbeat)(nil),
 		(*ConnectRequest_Ack)(nil),
+		(*ConnectRequest_Complete)(nil),
+		(*ConnectRequest_Retry)(nil),
+		(*ConnectRequest_Cancel)(nil),
+		(*ConnectRequest_Release)(nil),
 	}
 	file_leasehold_v1_worker_service_proto_msgTypes[25].OneofWrappers = []any{
 		(*ConnectResponse_Welcome)(nil),
@@ -2429,14 +2712,15 @@ func file_leasehold_v1_worker_service_proto_init() {
 		(*ConnectResponse_CancelRequested)(nil),
 		(*ConnectResponse_LeaseLost)(nil),
 		(*ConnectResponse_Drain)(nil),
+		(*ConnectResponse_ReportResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_worker_service_proto_rawDesc), len(file_leasehold_v1_worker_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   34,
+			NumEnums:      2,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
