@@ -90,6 +90,11 @@ type Config struct {
 	// PollMaxInterval caps the poll backoff. Default PollMaxIntervalDefault
 	// (5s), and never below PollInterval.
 	PollMaxInterval time.Duration
+	// ReapIntervalMax bounds how long the lease reaper sleeps between looks
+	// when it knows of no earlier expiry (leases granted by another
+	// coordinator, or an injected clock that moved). Default
+	// reaper.IntervalMaxDefault (2s).
+	ReapIntervalMax time.Duration
 	// Retention is how long finished jobs are kept before pruning. Zero
 	// means RetentionDefault (7 days); negative disables pruning (expired
 	// idempotency records are still removed).
@@ -164,6 +169,7 @@ func (c Config) Validate() error {
 		{"UnaryTimeout", c.UnaryTimeout},
 		{"PollInterval", c.PollInterval},
 		{"PollMaxInterval", c.PollMaxInterval},
+		{"ReapIntervalMax", c.ReapIntervalMax},
 		{"RetentionInterval", c.RetentionInterval},
 		{"ShutdownGrace", c.ShutdownGrace},
 	} {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/leasehold/leasehold/coordinator/dispatch"
+	"github.com/leasehold/leasehold/coordinator/reaper"
 	"github.com/leasehold/leasehold/coordinator/retention"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -34,6 +35,7 @@ type Coordinator struct {
 	grpc       *grpc.Server
 	health     *health.Server
 	dispatcher *dispatch.Dispatcher
+	reaper     *reaper.Reaper
 	pruner     *retention.Pruner
 	changes    *broadcast
 	activity   activity
@@ -48,9 +50,11 @@ type Coordinator struct {
 	// new Connect streams are refused.
 	closing chan struct{}
 
-	mu       sync.Mutex // guards sessions, holders, draining; lock order: mu, then session.mu
+	// mu guards sessions and draining. Lock order: mu, then session.mu.
+	// The stream holding a lease is found from the lease's owner: one
+	// stream per worker id.
+	mu       sync.Mutex
 	sessions map[sessionKey]*session
-	holders  map[jobKey]*session // leased jobs known to be held through a stream here
 	draining bool
 
 	startOnce    sync.Once
@@ -59,7 +63,6 @@ type Coordinator struct {
 }
 
 type sessionKey struct{ tenant, worker string }
-type jobKey struct{ tenant, jobID string }
 
 // New validates cfg (after defaults) and builds a Coordinator. Nothing runs
 // until Serve.
@@ -81,12 +84,15 @@ func New(cfg Config) (*Coordinator, error) {
 		closing:      make(chan struct{}),
 		activityDone: make(chan struct{}),
 		sessions:     make(map[sessionKey]*session),
-		holders:      make(map[jobKey]*session),
 	}
+	c.reaper = reaper.New(reaper.Config{
+		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
+		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
+	})
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
-		CreditsMax: CreditsMax,
+		CreditsMax: CreditsMax, Leased: c.leased,
 	})
 	c.pruner = retention.New(retention.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
@@ -119,6 +125,7 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 func (c *Coordinator) Serve(lis net.Listener) error {
 	c.startOnce.Do(func() {
 		c.dispatcher.Start(c.bgCtx)
+		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
 		go func() {
 			defer close(c.activityDone)
@@ -212,6 +219,7 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	// 5.
 	c.bgCancel(errShuttingDown)
 	c.dispatcher.Stop()
+	c.reaper.Stop()
 	c.pruner.Stop()
 	c.startOnce.Do(func() { close(c.activityDone) }) // never served: no reporter runs
 	<-c.activityDone
@@ -245,26 +253,55 @@ func (c *Coordinator) wallNow() time.Time {
 	return time.Now()
 }
 
-// untrack forgets the stream holding a job once the job's lease ended
-// through a unary call (complete, retry, cancel, release).
-func (c *Coordinator) untrack(tenant, jobID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s := c.holders[jobKey{tenant, jobID}]; s != nil {
-		delete(c.holders, jobKey{tenant, jobID})
-		s.mu.Lock()
-		delete(s.leases, jobID)
-		s.mu.Unlock()
+// leased is told of every lease the dispatcher delivered: the reaper
+// wakes at the earliest expiry.
+func (c *Coordinator) leased(jobs []store.ClaimedJob) {
+	var first time.Time
+	for _, j := range jobs {
+		if first.IsZero() || j.Job.LeaseExpiresAt.Before(first) {
+			first = j.Job.LeaseExpiresAt
+		}
+	}
+	if !first.IsZero() {
+		c.reaper.Expect(first)
 	}
 }
 
-// notifyCancel pushes a CancelNotice to the stream on this coordinator
-// that holds job, if any. A holder on another coordinator learns it from
-// its next heartbeat (RENEW_STATUS_CANCEL_REQUESTED).
-func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string) {
+// reaped is told of the expired leases the reaper ended: their streams
+// stop counting them, watchers wake, and requeued jobs wake dispatch.
+func (c *Coordinator) reaped(res store.ReapResult) {
+	for _, j := range res.Jobs {
+		c.activity.ended(j.State)
+		c.leaseEnded(j.Tenant, j.LeaseOwner, j.ID)
+	}
+	for _, q := range res.Requeued {
+		c.dispatcher.Wake(q.Tenant, q.Queue)
+	}
+	c.changes.notify()
+}
+
+// holder returns the stream on this coordinator through which worker
+// holds leases, if any.
+func (c *Coordinator) holder(tenant, worker string) *session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.holders[jobKey{tenant, job.ID}]
+	return c.sessions[sessionKey{tenant, worker}]
+}
+
+// leaseEnded tells the stream of the lease's owner, if it is on this
+// coordinator, that it no longer holds the job.
+func (c *Coordinator) leaseEnded(tenant, owner, jobID string) {
+	if s := c.holder(tenant, owner); s != nil {
+		s.forget(jobID)
+	}
+}
+
+// notifyCancel pushes a CancelNotice to the stream of the job's lease
+// owner, if it is on this coordinator and still holds that generation. A
+// holder on another coordinator learns it from its next heartbeat
+// (RENEW_STATUS_CANCEL_REQUESTED).
+func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string) {
+	s := c.holder(tenant, job.LeaseOwner)
 	if s == nil {
 		return
 	}

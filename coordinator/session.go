@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -42,13 +43,30 @@ type session struct {
 	reportSlots chan struct{}
 	reports     sync.WaitGroup
 
-	mu       sync.Mutex // guards out, leases, closed, draining
-	out      []*leaseholdv1.ConnectResponse
-	leases   map[string]store.LeaseToken // job id → token held through this stream
-	closed   bool                        // the stream is ending: nothing more is queued
-	draining bool                        // Drain was sent: no more leases
-	signal   chan struct{}               // capacity 1: out has messages
+	mu         sync.Mutex // guards out, outBytes, backlogged, leases, closed, draining
+	out        []*leaseholdv1.ConnectResponse
+	outBytes   int                         // proto size of out
+	backlogged bool                        // out passed the soft bound: no claims for this stream
+	leases     map[string]store.LeaseToken // job id → token held through this stream
+	closed     bool                        // the stream is ending: nothing more is queued
+	draining   bool                        // Drain was sent: no more leases
+	signal     chan struct{}               // capacity 1: out has messages
 }
+
+// Bounds of a session's outbound queue. Past the soft bounds the
+// dispatcher claims nothing more for the stream (its pushes are not being
+// read); past the hard bounds — a client that keeps sending but never
+// reads — the stream is ended with RESOURCE_EXHAUSTED.
+const (
+	outSoftMessages = 256
+	outSoftBytes    = 4 << 20
+	outHardMessages = 4 * CreditsMax
+	outHardBytes    = 64 << 20
+)
+
+// errNotReading is the cancel cause of a stream whose client stopped
+// reading while its queue grew past the hard bounds.
+var errNotReading = errors.New("the client is not reading the stream")
 
 // enqueueLocked queues a message for the sender; s.mu held.
 func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) bool {
@@ -56,6 +74,15 @@ func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) bool {
 		return false
 	}
 	s.out = append(s.out, m)
+	s.outBytes += proto.Size(m)
+	if !s.backlogged && (len(s.out) > outSoftMessages || s.outBytes > outSoftBytes) {
+		s.backlogged = true
+	}
+	if len(s.out) > outHardMessages || s.outBytes > outHardBytes {
+		s.closed = true
+		s.cancel(errNotReading)
+		return false
+	}
 	select {
 	case s.signal <- struct{}{}:
 	default:
@@ -71,24 +98,47 @@ func (s *session) enqueue(m *leaseholdv1.ConnectResponse) bool {
 
 // deliver is the dispatcher's Deliver: it queues the leases and records
 // them as held through this stream. It refuses once the stream is ending
-// or draining; the dispatcher then releases the jobs.
+// or draining; the dispatcher then releases the jobs, so a draining
+// stream is never pushed a lease.
 func (s *session) deliver(jobs []store.ClaimedJob) bool {
 	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed || s.draining {
+		s.mu.Unlock()
 		return false
 	}
 	for _, j := range jobs {
 		s.leases[j.Token.JobID] = j.Token
-		c.holders[jobKey{s.tenant, j.Token.JobID}] = s
 		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j)}})
 	}
+	s.mu.Unlock()
 	c.activity.leased.Add(int64(len(jobs)))
 	c.changes.notify()
 	return true
+}
+
+// held is how many leases the stream holds: with the credits it has, never
+// more than its declared capacity.
+func (s *session) held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leases)
+}
+
+// isBacklogged is the dispatcher's Backlogged.
+func (s *session) isBacklogged() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backlogged
+}
+
+// forget stops counting a lease the stream no longer holds.
+func (s *session) forget(jobID string) {
+	s.mu.Lock()
+	delete(s.leases, jobID)
+	s.mu.Unlock()
+	// Room under the capacity may let more credits through.
+	s.c.dispatcher.Ready(s.waiter)
 }
 
 // drain queues Drain and stops new leases.
@@ -105,11 +155,19 @@ func (s *session) drain(grace time.Duration) {
 	}}})
 }
 
+// takeOut takes everything queued for the sender. A stream that was
+// backlogged is ready again once its queue is taken: the sender is
+// writing.
 func (s *session) takeOut() []*leaseholdv1.ConnectResponse {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := s.out
-	s.out = nil
+	s.out, s.outBytes = nil, 0
+	wasBacklogged := s.backlogged
+	s.backlogged = false
+	s.mu.Unlock()
+	if wasBacklogged {
+		s.c.dispatcher.Ready(s.waiter)
+	}
 	return out
 }
 
@@ -136,7 +194,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		lease:       h.lease,
 		connectedAt: c.wallNow(),
 		ctx:         sctx, cancel: cancel,
-		done:   make(chan struct{}),
+		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
 		signal:      make(chan struct{}, 1),
 		reportSlots: make(chan struct{}, streamReportsMax),
@@ -147,7 +205,8 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	defer close(s.done)
 	s.waiter = &dispatch.Waiter{
 		Tenant: tenant, Worker: h.workerID, Queues: h.queues,
-		LeaseDuration: h.lease, Deliver: s.deliver,
+		LeaseDuration: h.lease, Capacity: int(h.capacity),
+		Deliver: s.deliver, Held: s.held, Backlogged: s.isBacklogged,
 	}
 	if err := c.register(s); err != nil {
 		return err
@@ -209,6 +268,9 @@ func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvD
 				return statusError(codes.Aborted, ReasonStreamReplaced, errReplaced.Error())
 			case errors.Is(cause, errShuttingDown):
 				return statusError(codes.Unavailable, ReasonShuttingDown, "coordinator shut down: reconnect")
+			case errors.Is(cause, errNotReading):
+				return statusError(codes.ResourceExhausted, ReasonStreamNotReading,
+					"the stream's outbound queue passed its bound because the client stopped reading it")
 			default:
 				return toStatus(s.ctx, s.c.log, s.ctx.Err())
 			}
@@ -248,6 +310,11 @@ func (s *session) recvLoop(stream leaseholdv1.WorkerService_ConnectServer) error
 			case <-s.ctx.Done():
 				return nil
 			}
+			// The holder is done with the job: it no longer takes one of
+			// the stream's capacity while its outcome commits. (If the
+			// commit fails the worker reports again, unary; the worker
+			// itself never runs more handlers than its capacity.)
+			s.forget(r.rep.Token.JobID)
 			s.reports.Add(1)
 			go s.report(r)
 			continue
@@ -289,8 +356,6 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 			return toStatus(s.ctx, c.log, err)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_HeartbeatResult{
@@ -300,11 +365,7 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		return nil // the stream ended meanwhile; nothing to track
 	}
 	for _, r := range results {
-		key := jobKey{s.tenant, r.Token.JobID}
 		if r.Status == store.RenewLost {
-			if c.holders[key] == s {
-				delete(c.holders, key)
-			}
 			delete(s.leases, r.Token.JobID)
 			s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
 				LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
@@ -315,7 +376,6 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		// was claimed elsewhere (unary Claim, an earlier stream): cancel
 		// requests should reach it.
 		s.leases[r.Token.JobID] = r.Token
-		c.holders[key] = s
 	}
 	return nil
 }
@@ -334,7 +394,6 @@ func (c *Coordinator) register(s *session) error {
 		old.closed = true
 		for id, tok := range old.leases {
 			s.leases[id] = tok
-			c.holders[jobKey{s.tenant, id}] = s
 		}
 		old.leases = map[string]store.LeaseToken{}
 		old.mu.Unlock()
@@ -356,11 +415,6 @@ func (c *Coordinator) unregister(s *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for id := range s.leases {
-		if c.holders[jobKey{s.tenant, id}] == s {
-			delete(c.holders, jobKey{s.tenant, id})
-		}
-	}
 	c.log.Debug("worker stream ended", slog.String("worker_id", s.hello.workerID), slog.Int("leases_held", len(s.leases)))
 }
 

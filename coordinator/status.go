@@ -30,8 +30,11 @@ const (
 	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
 	ReasonShuttingDown        = "SHUTTING_DOWN"
 	ReasonStreamReplaced      = "STREAM_REPLACED"
-	ReasonUnimplemented       = "UNIMPLEMENTED"
-	ReasonInternal            = "INTERNAL"
+	// ReasonStreamNotReading: a Connect stream ended because its client
+	// stopped reading while the coordinator's queue for it grew.
+	ReasonStreamNotReading = "STREAM_NOT_READING"
+	ReasonUnimplemented    = "UNIMPLEMENTED"
+	ReasonInternal         = "INTERNAL"
 	// ReasonReportMismatch: the lease already made this terminal report
 	// with another result or error; the first one stands.
 	ReasonReportMismatch = "REPORT_MISMATCH"

@@ -31,10 +31,12 @@ type workerService struct {
 	c *Coordinator
 }
 
-// Claim leases jobs at once or, with wait set, long-polls through the
-// dispatcher's wake-ups until a job arrives, the wait passes (an empty
-// answer), or the coordinator shuts down (an empty answer too: the caller
-// simply claims again, elsewhere).
+// Claim leases jobs through the dispatcher, like a stream's credits, so
+// that unary and stream workers share the same fair rounds. Without wait
+// the next round answers it, with whatever it found; with wait it stays a
+// waiter until a round brings jobs, the wait passes (an empty answer), or
+// the coordinator shuts down (an empty answer too: the caller simply
+// claims again, elsewhere).
 func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest) (*leaseholdv1.ClaimResponse, error) {
 	c := w.c
 	cr, err := c.v.Claim(req)
@@ -42,25 +44,10 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p := cr.params
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	select {
-	case <-c.closing:
-		return &leaseholdv1.ClaimResponse{}, nil
-	default:
-	}
-	jobs, err := c.store.Claim(ctx, p)
+	p.Tenant = tenantFrom(ctx)
+	jobs, err := c.claim(ctx, p, cr.wait)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
-	}
-	if len(jobs) == 0 && cr.wait > 0 {
-		jobs, err = c.longPoll(ctx, p, cr.wait)
-		if err != nil {
-			return nil, toStatus(ctx, c.log, err)
-		}
-	}
-	if len(jobs) > 0 {
-		c.activity.leased.Add(int64(len(jobs)))
-		c.changes.notify()
 	}
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {
@@ -69,66 +56,91 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	return &leaseholdv1.ClaimResponse{Jobs: out}, nil
 }
 
-// longPoll registers a one-shot waiter with the dispatcher and waits.
-func (c *Coordinator) longPoll(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+// claim registers a one-shot waiter with the dispatcher and waits for its
+// answer.
+func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.Duration) ([]store.ClaimedJob, error) {
+	type answer struct {
+		jobs []store.ClaimedJob
+		err  error
+	}
 	var (
 		mu     sync.Mutex // guards done
 		done   bool
-		result = make(chan []store.ClaimedJob, 1)
+		result = make(chan answer, 1)
 	)
+	settle := func(a answer) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return false
+		}
+		done = true
+		result <- a
+		return true
+	}
 	waiter := &dispatch.Waiter{
-		Tenant: p.Tenant, Worker: p.Worker, Queues: p.Queues, LeaseDuration: p.LeaseDuration, OneShot: true,
-		Deliver: func(jobs []store.ClaimedJob) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			if done {
-				return false
-			}
-			done = true
-			result <- jobs
-			return true
-		},
+		Tenant: p.Tenant, Worker: p.Worker, Queues: p.Queues, LeaseDuration: p.LeaseDuration,
+		OneShot: true, Immediate: wait == 0,
+		Deliver: func(jobs []store.ClaimedJob) bool { return settle(answer{jobs: jobs}) },
+		Fail:    func(err error) { settle(answer{err: err}) },
+	}
+	select {
+	case <-c.closing:
+		return nil, nil
+	default:
 	}
 	if !c.dispatcher.Add(waiter, p.Max) {
 		return nil, nil
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var timeout <-chan time.Time
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		timeout = timer.C
+	}
 	select {
-	case jobs := <-result:
-		return jobs, nil
-	case <-timer.C:
+	case a := <-result:
+		c.claimed(a.jobs)
+		return a.jobs, a.err
+	case <-timeout:
 	case <-ctx.Done():
 	case <-c.dispatcher.Quiesced():
 	case <-c.closing:
 	}
 	c.dispatcher.Remove(waiter)
-	mu.Lock()
-	delivered := done
-	done = true
-	mu.Unlock()
-	if delivered {
-		jobs := <-result // delivered while we stopped waiting
-		if ctx.Err() != nil {
-			// Nobody will read the answer: give the jobs back now rather
-			// than let them sit out a lease.
-			c.releaseAll(ctx, p.Tenant, jobs)
-			return nil, ctx.Err()
-		}
-		return jobs, nil
+	if settle(answer{}) {
+		return nil, ctx.Err() // nothing was delivered
 	}
-	return nil, ctx.Err()
+	a := <-result // delivered while we stopped waiting
+	if ctx.Err() != nil && len(a.jobs) > 0 {
+		// Nobody will read the answer: give the jobs back now rather
+		// than let them sit out a lease.
+		c.releaseAll(ctx, p.Tenant, a.jobs)
+		return nil, ctx.Err()
+	}
+	c.claimed(a.jobs)
+	return a.jobs, a.err
 }
 
-// releaseAll releases leases nobody received. It detaches from ctx (already
-// cancelled) with a short timeout: releasing spares the jobs a lease of
-// waiting, and failing to is harmless (the leases expire).
+// claimed counts leases handed out by a unary Claim.
+func (c *Coordinator) claimed(jobs []store.ClaimedJob) {
+	if len(jobs) > 0 {
+		c.activity.leased.Add(int64(len(jobs)))
+		c.changes.notify()
+	}
+}
+
+// releaseAll releases leases nobody received, in one batch. It detaches
+// from ctx (already cancelled) with a short timeout: releasing spares the
+// jobs a lease of waiting, and failing to is harmless (the leases expire).
 func (c *Coordinator) releaseAll(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for _, j := range jobs {
-		_, _ = c.store.Release(rctx, store.ReleaseParams{Tenant: tenant, Token: j.Token, Now: c.now()})
+	reports := make([]store.Report, len(jobs))
+	for i, j := range jobs {
+		reports[i] = store.Report{Kind: store.ReportRelease, Tenant: tenant, Token: j.Token, Now: c.now()}
 	}
+	_, _ = c.store.ApplyReports(rctx, reports)
 }
 
 func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest) (*leaseholdv1.RenewResponse, error) {
@@ -210,7 +222,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 // queue wakes dispatch.
 func (c *Coordinator) finished(tenant string, job *store.Job) {
 	c.activity.ended(job.State)
-	c.untrack(tenant, job.ID)
+	c.leaseEnded(tenant, job.LeaseOwner, job.ID)
 	c.changes.notify()
 	if job.State == store.JobStateQueued {
 		c.dispatcher.Wake(tenant, job.Queue)

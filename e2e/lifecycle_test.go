@@ -171,7 +171,9 @@ func TestDuplicateCreateReplaysAndConflicts(t *testing.T) {
 func TestExpiredLeaseIsReclaimedAndLateCompleteIsFenced(t *testing.T) {
 	engines(t, func(t *testing.T, pg bool) {
 		clk := newClock()
-		_, c := setup(t, pg, func(cfg *coordinator.Config) { cfg.Now = clk.Now })
+		// The reaper looks often: the injected clock jumps past expiries
+		// it was not told of.
+		_, c := setup(t, pg, func(cfg *coordinator.Config) { cfg.Now, cfg.ReapIntervalMax = clk.Now, 20*time.Millisecond })
 		ctx := ctxT(t)
 		created, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("media", "video-1")})
 		if err != nil {
@@ -191,10 +193,12 @@ func TestExpiredLeaseIsReclaimedAndLateCompleteIsFenced(t *testing.T) {
 			t.Fatalf("claim before expiry = %v, %v; want nothing", none, err)
 		}
 
-		// worker-a stops renewing; time passes the lease.
+		// worker-a stops renewing; time passes the lease, and the reaper
+		// puts the job back for worker-b's (long-polling) claim.
 		clk.Advance(6 * time.Second)
 		claim2, err := c.workers.Claim(ctx, &leaseholdv1.ClaimRequest{
 			WorkerId: "worker-b", Queues: []string{"media"}, LeaseDuration: durationpb.New(30 * time.Second),
+			Wait: durationpb.New(10 * time.Second),
 		})
 		if err != nil || len(claim2.GetJobs()) != 1 {
 			t.Fatalf("claim by worker-b after expiry = %v, %v", claim2, err)

@@ -60,6 +60,12 @@ const (
 	// LeaseDurationDefault is the lease when neither the claim nor the queue
 	// policy names one.
 	LeaseDurationDefault = 30 * time.Second
+	// MaxLeaseDurationDefault is a queue's longest lease when its policy
+	// names none: a claim, stream or renewal asking for more gets this.
+	MaxLeaseDurationDefault = 10 * time.Minute
+	// ReapBatchDefault bounds the expired leases one reaper transaction
+	// ends.
+	ReapBatchDefault = 500
 	// IdempotencyWindowDefault is how long an idempotency record lives.
 	IdempotencyWindowDefault = 24 * time.Hour
 	// PruneBatchSizeDefault bounds one retention transaction.

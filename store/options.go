@@ -20,11 +20,12 @@ type EngineOptions struct {
 	// ...). An error aborts the transaction. It exists for fault-injection
 	// tests; production leaves it nil.
 	BeforeCommit func(op string) error
-	// ReportsQueued, when set, is called each time a report joins the
-	// group committer's queue, with the number of items then waiting. It
-	// exists so that tests can hold a flush and know when the next batch
-	// has gathered, without sleeping; production leaves it nil.
-	ReportsQueued func(queued int)
+	// Queued, when set, is called each time a call joins one of the
+	// store's group committers ("report" or "create"), with the number of
+	// items then waiting. It exists so that tests can hold a flush and know
+	// when the next batch has gathered, without sleeping; production leaves
+	// it nil.
+	Queued func(committer string, queued int)
 }
 
 // WithDefaults returns a copy with unset fields filled in.
@@ -40,3 +41,11 @@ func (o EngineOptions) WithDefaults() EngineOptions {
 
 // NewID returns a UUIDv7 string.
 func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// QueuedHook adapts Queued to one committer.
+func (o EngineOptions) QueuedHook(committer string) func(int) {
+	if o.Queued == nil {
+		return nil
+	}
+	return func(n int) { o.Queued(committer, n) }
+}

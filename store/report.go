@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -144,12 +143,20 @@ type Changes struct {
 	Wake []QueueRef
 }
 
-// Leave moves one leased job out of its lease.
+// Leave moves one leased job out of its lease and records the attempt
+// that ended.
 type Leave struct {
 	Tenant string
 	Token  LeaseToken
 	// Queue is the job's queue.
 	Queue string
+	// Attempt and ClaimedAt describe the attempt that ends (its row is
+	// written now, with Transition.Outcome).
+	Attempt   int32
+	ClaimedAt time.Time
+	// Expired inverts the fence's expiry check: the reaper ends leases
+	// that expired at Now, reports end leases that had not.
+	Expired bool
 	// FirstSeq is the sequence of the transition's first event.
 	FirstSeq int64
 	// Now is the instant of the change (finished_at, event times).
@@ -236,10 +243,7 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 			continue
 		}
 		if r.Kind == ReportRenew {
-			d := r.LeaseDuration
-			if d == 0 {
-				d = cmp.Or(policies[QueueRef{r.Tenant, h.Job.Queue}].DefaultLeaseDuration, LeaseDurationDefault)
-			}
+			d := policies[QueueRef{r.Tenant, h.Job.Queue}].LeaseFor(r.LeaseDuration)
 			expires := h.Now.Add(d).UTC().Truncate(time.Microsecond)
 			h.Job.LeaseExpiresAt = expires
 			current[key] = h
@@ -273,10 +277,7 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 		delete(current, key)
 		delete(renewals, key)
 		finished[key] = ended{report: r, job: job, t: t}
-		changes.Leaves = append(changes.Leaves, Leave{
-			Tenant: r.Tenant, Token: r.Token, Queue: h.Job.Queue,
-			FirstSeq: h.EventSeq + 1, Now: h.Now, Transition: t,
-		})
+		changes.Leaves = append(changes.Leaves, leaveOf(h, r.Token, t, false))
 		if q := (QueueRef{r.Tenant, h.Job.Queue}); t.Requeued() && !woken[q] {
 			woken[q] = true
 			changes.Wake = append(changes.Wake, q)
@@ -311,15 +312,24 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 	return out, nil
 }
 
+// leaveOf is the Leave that applies t to the job h holds for tok.
+func leaveOf(h Held, tok LeaseToken, t Transition, expired bool) Leave {
+	return Leave{
+		Tenant: h.Job.Tenant, Token: tok, Queue: h.Job.Queue,
+		Attempt: h.Job.Attempts, ClaimedAt: h.Job.LeasedAt, Expired: expired,
+		FirstSeq: h.EventSeq + 1, Now: h.Now, Transition: t,
+	}
+}
+
 // policiesNeeded lists the queues whose policies the held reports need:
-// retries decide with the retry policy, renewals without a duration take
-// the default lease.
+// retries decide with the retry policy, renewals take the queue's default
+// and maximum lease.
 func policiesNeeded(reports []Report, held map[int]Held) []QueueRef {
 	seen := map[QueueRef]bool{}
 	var out []QueueRef
 	for i, r := range reports {
 		h, ok := held[i]
-		if !ok || !(r.Kind == ReportRetry || (r.Kind == ReportRenew && r.LeaseDuration == 0)) {
+		if !ok || (r.Kind != ReportRetry && r.Kind != ReportRenew) {
 			continue
 		}
 		q := QueueRef{Tenant: r.Tenant, Queue: h.Job.Queue}
@@ -502,4 +512,59 @@ func renamed(err error, prefix string) error {
 		return Invalid(prefix+inv.Field, inv.Reason)
 	}
 	return err
+}
+
+// ReapTx is what ending expired leases needs from an engine's write
+// transaction.
+type ReapTx interface {
+	// LockExpired locks up to limit leased jobs, across tenants, whose
+	// lease expired at now (zero: the store's clock), earliest first,
+	// skipping rows another transaction holds, so that several reapers
+	// never end the same lease twice. Held.Now is the instant they were
+	// judged at.
+	LockExpired(ctx context.Context, now time.Time, limit int) ([]Held, error)
+	// Apply is ReportTx.Apply.
+	Apply(ctx context.Context, c Changes) error
+	// NextExpiry is the earliest expiry among leases still held after the
+	// changes, zero when there is none.
+	NextExpiry(ctx context.Context) (time.Time, error)
+}
+
+// Reap ends expired leases inside tx, each as DecideExpiry says: QUEUED
+// again, CANCELLED or DEAD, with its attempt recorded as lease_expired.
+func Reap(ctx context.Context, tx ReapTx, p ReapParams) (ReapResult, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = ReapBatchDefault
+	}
+	held, err := tx.LockExpired(ctx, p.Now, limit)
+	if err != nil {
+		return ReapResult{}, err
+	}
+	var (
+		res     ReapResult
+		changes Changes
+		woken   = map[QueueRef]bool{}
+	)
+	for _, h := range held {
+		j := h.Job
+		tok := LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: j.LeaseOwner}
+		t := DecideExpiry(h)
+		changes.Leaves = append(changes.Leaves, leaveOf(h, tok, t, true))
+		res.Jobs = append(res.Jobs, t.Apply(j, h.Now))
+		if q := (QueueRef{j.Tenant, j.Queue}); t.Requeued() && !woken[q] {
+			woken[q] = true
+			res.Requeued = append(res.Requeued, q)
+		}
+	}
+	changes.Wake = res.Requeued
+	if len(changes.Leaves) > 0 {
+		if err := tx.Apply(ctx, changes); err != nil {
+			return ReapResult{}, err
+		}
+	}
+	if res.NextExpiry, err = tx.NextExpiry(ctx); err != nil {
+		return ReapResult{}, err
+	}
+	return res, nil
 }

@@ -19,6 +19,7 @@ func DefaultQueuePolicy(queue string) QueuePolicy {
 func (p QueuePolicy) WithDefaults() QueuePolicy {
 	p.Retry = p.Retry.WithDefaults()
 	p.DefaultLeaseDuration = cmp.Or(p.DefaultLeaseDuration, LeaseDurationDefault)
+	p.MaxLeaseDuration = cmp.Or(p.MaxLeaseDuration, MaxLeaseDurationDefault)
 	return p
 }
 
@@ -64,6 +65,12 @@ func (p QueuePolicy) Validate() error {
 	}
 	if err := ValidateLeaseDuration("policy.default_lease_duration", p.DefaultLeaseDuration, false); err != nil {
 		return err
+	}
+	if err := ValidateLeaseDuration("policy.max_lease_duration", p.MaxLeaseDuration, false); err != nil {
+		return err
+	}
+	if p.DefaultLeaseDuration > p.MaxLeaseDuration {
+		return Invalid("policy.default_lease_duration", "must not be longer than max_lease_duration")
 	}
 	if p.ConcurrencyLimit < 0 || p.ConcurrencyLimit > 1_000_000 {
 		return Invalid("policy.concurrency_limit", "must be in [0, 1000000]")

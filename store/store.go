@@ -39,30 +39,29 @@ type Store interface {
 	// ListAttempts returns a job's attempt history, oldest first.
 	ListAttempts(ctx context.Context, tenant, jobID string) ([]Attempt, error)
 
-	// Claim leases up to Max available jobs from Queues to Worker. The state
-	// change is persisted by the same statement that selects the rows
-	// (a row lock is not a lease). Each claim sets owner, expiry,
-	// generation+1 and attempts+1, records a LEASED event (preceded by a
-	// LEASE_EXPIRED event when it takes over an expired lease) and an attempt
-	// row. Order: priority desc, available_at, id. Paused queues, jobs with
-	// cancel requested and queues at their concurrency limit are skipped.
-	//
-	// An expired lease (LEASED, expiry <= now) in Queues that must not be
-	// taken over is ended instead, in the same transaction, with its
-	// attempt closed as lease_expired:
-	//
-	//   - cancel requested: CANCELLED (one CANCELLED event);
-	//   - budget spent (attempts >= max_attempts, or the retry deadline is
-	//     before now): DEAD, with LEASE_EXPIRED, RUN_FAILED (error
-	//     ErrorCodeLeaseExpired) and DEAD events and LastError set to
-	//     {ErrorCodeLeaseExpired, ErrorMessageLeaseExpired, retryable}. This
-	//     is how a job whose worker crashes every time (and so never calls
-	//     Retry) reaches the dead-letter queue instead of being claimed
-	//     forever.
-	//
-	// Neither takes a slot of Max: the claim goes on filling the request
-	// with other jobs.
+	// Claim leases up to Max available jobs from Queues to Worker: it is
+	// ClaimMany for one waiter.
 	Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
+	// ClaimMany leases available QUEUED jobs of Queues to several workers
+	// at once, in one statement: jobs in claim order (priority desc,
+	// available_at, id) are handed out in turn, each waiter getting at
+	// most its Max and, when jobs are short, a share in proportion to it.
+	// The state change is persisted by the statement that selects the rows
+	// (a row lock is not a lease). Each lease sets owner, expiry (the
+	// waiter's lease, or the queue's default, cut to the queue's maximum),
+	// generation+1, attempts+1 and leased_at, and records a LEASED event.
+	// Paused queues, jobs with cancel requested and queues at their
+	// concurrency limit are skipped. A job whose lease expired is not taken
+	// over here: ReapExpired ends such leases first. Jobs of a later
+	// attempt come with their latest checkpoint and effect ledger.
+	ClaimMany(ctx context.Context, p ClaimManyParams) ([]ClaimedJob, error)
+	// ReapExpired ends, across tenants, up to Limit leases that expired
+	// with no report from their holder, each in the way store.DecideExpiry
+	// says (QUEUED again, CANCELLED when a cancel was requested, DEAD when
+	// the budget is spent), in one transaction; concurrent reapers skip
+	// each other's rows, so each lease is ended once. It also returns the
+	// earliest expiry still pending, so the caller can sleep until then.
+	ReapExpired(ctx context.Context, p ReapParams) (ReapResult, error)
 	// Renew extends every listed lease that is still current, in one
 	// transaction, and reports per token (renewed, lost, cancel requested).
 	// It never fails because one lease is lost.

@@ -218,8 +218,10 @@ var LeaseExpiredError = JobError{Code: ErrorCodeLeaseExpired, Message: ErrorMess
 //     and DEAD events. This is how a job whose worker crashes every time
 //     (and so never reports) reaches the dead-letter queue instead of
 //     being claimed forever;
-//   - otherwise QUEUED, available at once, with a LEASE_EXPIRED event; the
-//     attempt stays spent.
+//   - otherwise QUEUED, with a LEASE_EXPIRED event, in its old place in
+//     the queue (available_at unchanged): it was due already, and
+//     recovery should not send it behind newer jobs. The attempt stays
+//     spent.
 //
 // In every case the expired attempt ends as lease_expired.
 func DecideExpiry(h Held) Transition {
@@ -247,10 +249,43 @@ func DecideExpiry(h Held) Transition {
 		}
 	default:
 		return Transition{
-			State:       JobStateQueued,
-			AvailableAt: h.Now,
-			Outcome:     AttemptLeaseExpired,
-			Events:      []NewEvent{{Type: EventLeaseExpired, Data: eventJSON(holder(tok)...)}},
+			State:   JobStateQueued,
+			Outcome: AttemptLeaseExpired,
+			Events:  []NewEvent{{Type: EventLeaseExpired, Data: eventJSON(holder(tok)...)}},
 		}
 	}
+}
+
+// DecideCreate is the job a create makes of spec under the queue's policy
+// at now: QUEUED, available at now (or RunAfter later, or at RunAt), with
+// the job's own attempt budget or the queue's, and a retry deadline when
+// the queue sets a time budget; and its QUEUED event (sequence 1). Engines
+// insert exactly this job.
+func DecideCreate(policy QueuePolicy, tenant, id string, spec JobSpec, now time.Time) (*Job, NewEvent) {
+	now = now.UTC().Truncate(time.Microsecond)
+	j := &Job{
+		Tenant: tenant, ID: id, Queue: spec.Queue, Kind: spec.Kind, Payload: spec.Payload,
+		Metadata: spec.Metadata, Priority: spec.Priority, State: JobStateQueued,
+		MaxAttempts: spec.MaxAttempts, CreatedAt: now, AvailableAt: now, Dependency: spec.Dependency,
+	}
+	if j.MaxAttempts == 0 {
+		j.MaxAttempts = policy.Retry.MaxAttempts
+	}
+	switch {
+	case spec.RunAfter > 0:
+		j.AvailableAt = now.Add(spec.RunAfter)
+	case !spec.RunAt.IsZero():
+		j.AvailableAt = spec.RunAt.UTC().Truncate(time.Microsecond)
+	}
+	if d := policy.Retry.TotalRetryDeadline; d > 0 {
+		j.RetryDeadline = now.Add(d)
+	}
+	// Empty and absent read back the same (nil) on both engines.
+	if len(j.Metadata) == 0 {
+		j.Metadata = nil
+	}
+	if len(j.Payload) == 0 {
+		j.Payload = nil
+	}
+	return j, NewEvent{Type: EventQueued, Data: eventJSON("queue", j.Queue, "available_at", j.AvailableAt)}
 }

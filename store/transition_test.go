@@ -77,7 +77,7 @@ func TestDecisions(t *testing.T) {
 		{"release of a cancel-requested job", DecideRelease(Held{Job: cancelled, Now: t0}, tok),
 			JobStateCancelled, AttemptCancelled, []EventType{EventCancelled}, time.Time{}, false},
 		{"expiry with budget left", DecideExpiry(Held{Job: leasedJob(1, 5), Now: t0}),
-			JobStateQueued, AttemptLeaseExpired, []EventType{EventLeaseExpired}, t0, false},
+			JobStateQueued, AttemptLeaseExpired, []EventType{EventLeaseExpired}, time.Time{}, false},
 		{"expiry with the budget spent", DecideExpiry(Held{Job: leasedJob(5, 5), Now: t0}),
 			JobStateDead, AttemptLeaseExpired, []EventType{EventLeaseExpired, EventRunFailed, EventDead}, time.Time{}, false},
 		{"expiry of a cancel-requested job", DecideExpiry(Held{Job: cancelled, Now: t0}),

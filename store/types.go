@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -87,6 +88,9 @@ type Job struct {
 	LeaseOwner      string
 	LeaseGeneration int64
 	LeaseExpiresAt  time.Time
+	// LeasedAt is when the current (or last) lease began: the running
+	// attempt's claim time.
+	LeasedAt time.Time
 
 	CancelRequested bool
 	CreatedAt       time.Time
@@ -198,9 +202,22 @@ type QueuePolicy struct {
 	Queue                string
 	Retry                RetryPolicy
 	DefaultLeaseDuration time.Duration
+	// MaxLeaseDuration bounds every lease of the queue: what a claim, a
+	// worker stream or a renewal asks for is cut to it. Zero means
+	// MaxLeaseDurationDefault.
+	MaxLeaseDuration time.Duration
 	// ConcurrencyLimit caps leased jobs of the queue fleet-wide; 0 = none.
 	ConcurrencyLimit int32
 	Paused           bool
+}
+
+// LeaseFor is the lease a claim or renewal asking for d gets in the queue:
+// the queue's default when d is zero, never more than its maximum.
+func (p QueuePolicy) LeaseFor(d time.Duration) time.Duration {
+	if d == 0 {
+		d = cmp.Or(p.DefaultLeaseDuration, LeaseDurationDefault)
+	}
+	return min(d, cmp.Or(p.MaxLeaseDuration, MaxLeaseDurationDefault))
 }
 
 // QueueStats counts a queue's jobs by state.
@@ -324,6 +341,54 @@ type ClaimParams struct {
 	// LeaseDuration of zero means each queue's DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	Now           time.Time
+}
+
+// Many is p as a ClaimMany for its one worker.
+func (p ClaimParams) Many() ClaimManyParams {
+	return ClaimManyParams{
+		Tenant: p.Tenant, Queues: p.Queues, Now: p.Now,
+		Waiters: []ClaimWaiter{{Worker: p.Worker, Max: p.Max, LeaseDuration: p.LeaseDuration}},
+	}
+}
+
+// ClaimManyParams claims for several waiters of one tenant and queue set at
+// once, in one statement.
+type ClaimManyParams struct {
+	Tenant string
+	Queues []string
+	// Waiters share the claim. Each gets at most its Max jobs; when fewer
+	// jobs are available than asked for, shares are in proportion to Max.
+	Waiters []ClaimWaiter
+	Now     time.Time
+}
+
+// ClaimWaiter is one worker asking for jobs in a ClaimMany.
+type ClaimWaiter struct {
+	Worker string
+	Max    int
+	// LeaseDuration of zero means each queue's DefaultLeaseDuration; it is
+	// cut to each queue's MaxLeaseDuration.
+	LeaseDuration time.Duration
+}
+
+// ReapParams bounds one pass of ReapExpired.
+type ReapParams struct {
+	// Limit bounds the leases ended in one transaction; zero means
+	// ReapBatchDefault.
+	Limit int
+	Now   time.Time
+}
+
+// ReapResult says what ReapExpired did.
+type ReapResult struct {
+	// Jobs are the jobs whose expired leases were ended, as they are now:
+	// QUEUED again, CANCELLED or DEAD.
+	Jobs []*Job
+	// Requeued lists the queues (once each) that got jobs back.
+	Requeued []QueueRef
+	// NextExpiry is the earliest expiry of the leases still held, zero when
+	// none is.
+	NextExpiry time.Time
 }
 
 // ClaimedJob is a job leased by Claim.

@@ -162,6 +162,7 @@ func (w *Worker) execute(e *execution) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+	w.handlerReturned(e)
 	w.publish(e, result, err)
 }
 

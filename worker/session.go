@@ -228,7 +228,10 @@ func (w *Worker) takeCredits(s *session) int {
 	if w.stopping || s.draining || w.sess != s {
 		return 0
 	}
-	free := w.cfg.Capacity - len(w.running) - s.outstanding
+	if len(w.running)-w.busy >= w.cfg.Capacity {
+		return 0 // as many outcomes are still being reported: wait for them
+	}
+	free := w.cfg.Capacity - w.busy - s.outstanding
 	if free <= 0 {
 		return 0
 	}
@@ -286,15 +289,9 @@ func (s *session) recvLoop() error {
 		}
 		switch m := msg.GetMsg().(type) {
 		case *leaseholdv1.ConnectResponse_Lease:
+			// No LeaseAck: it is informational, and a message per job is
+			// a cost the coordinator does not need to pay.
 			w.onLease(s, m.Lease)
-			// Acks are informational: drop one rather than block receiving
-			// behind a full send queue.
-			select {
-			case s.sendq <- &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Ack{
-				Ack: &leaseholdv1.LeaseAck{JobIds: []string{m.Lease.GetToken().GetJobId()}},
-			}}:
-			default:
-			}
 		case *leaseholdv1.ConnectResponse_ReportResult:
 			s.answerReport(m.ReportResult)
 		case *leaseholdv1.ConnectResponse_HeartbeatResult:

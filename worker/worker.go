@@ -73,6 +73,12 @@ type Worker struct {
 	stopping bool
 	// running holds every lease a handler is working on (or reporting for).
 	running map[leaseKey]*execution
+	// busy counts the handlers still running: Capacity bounds it. A lease
+	// whose handler returned no longer takes capacity while its outcome is
+	// being committed, so the next job need not wait for that commit; the
+	// leases being reported (len(running) - busy) are bounded by Capacity
+	// too.
+	busy int
 	// active counts goroutines that may still publish for a lease
 	// (handlers and releases); activeChanged is closed and replaced each
 	// time it drops, so waiters can watch it without polling.
@@ -289,8 +295,20 @@ func (w *Worker) doneActive() {
 	w.mu.Unlock()
 }
 
-// finished removes a handler's lease from the running set and frees its
-// capacity, after its outcome was reported.
+// handlerReturned frees the capacity of e's handler, which returned: its
+// outcome is about to be reported.
+func (w *Worker) handlerReturned(e *execution) {
+	w.mu.Lock()
+	w.busy--
+	s := w.sess
+	w.mu.Unlock()
+	if s != nil {
+		s.wakeCredits()
+	}
+}
+
+// finished removes a handler's lease from the running set after its
+// outcome was reported.
 func (w *Worker) finished(e *execution) {
 	e.cancel(context.Canceled) // release the context's resources
 	w.mu.Lock()
@@ -339,7 +357,7 @@ func (w *Worker) onLease(s *session, l *leaseholdv1.LeasedJob) {
 		why = "worker is shutting down"
 	case s.draining:
 		why = "stream is draining"
-	case len(w.running) >= w.cfg.Capacity:
+	case w.busy >= w.cfg.Capacity:
 		// Only a coordinator pushing beyond the granted credits gets here;
 		// capacity is a promise to the handlers, so the lease goes back.
 		why = "pushed beyond the granted credits"
@@ -366,6 +384,7 @@ func (w *Worker) onLease(s *session, l *leaseholdv1.LeasedJob) {
 		}
 	}
 	w.running[key] = e
+	w.busy++
 	w.mu.Unlock()
 	for _, old := range stale {
 		old.markLost()

@@ -3,10 +3,10 @@ package dispatch
 import (
 	"cmp"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +19,7 @@ const (
 	PollMaxIntervalDefault = 5 * time.Second
 	ConcurrencyDefault     = 4
 	CreditsMaxDefault      = 10_000
-	// releaseTimeout bounds the release of an undeliverable lease.
+	// releaseTimeout bounds the release of undeliverable leases.
 	releaseTimeout = 5 * time.Second
 	// resubscribeDelay is the pause before subscribing again to a notifier
 	// whose subscription ended while the dispatcher still runs.
@@ -42,33 +42,55 @@ type Config struct {
 	// PollMaxInterval caps the poll backoff. Default PollMaxIntervalDefault
 	// (5s).
 	PollMaxInterval time.Duration
-	// Concurrency bounds the Claim calls of one round in flight at once.
-	// Default ConcurrencyDefault (4).
+	// Concurrency bounds the claims of one round in flight at once (one
+	// per group of waiters). Default ConcurrencyDefault (4).
 	Concurrency int
-	// CreditsMax caps the credits one waiter may hold. Default
-	// CreditsMaxDefault (10,000).
+	// CreditsMax caps the credits one waiter may hold when it declares no
+	// capacity. Default CreditsMaxDefault (10,000).
 	CreditsMax int
+	// Leased, when set, is told of every lease delivered (the lease
+	// reaper uses it to wake at the earliest expiry).
+	Leased func(jobs []store.ClaimedJob)
+	// Round, when set, is told how long each round took and how many
+	// leases it delivered (metrics).
+	Round func(d time.Duration, delivered int)
 }
 
-// Waiter is a consumer of leases: a Connect stream or a long-poll Claim.
-// Its exported fields are fixed once it is added.
+// Waiter is a consumer of leases: a Connect stream or a unary Claim. Its
+// exported fields are fixed once it is added.
 type Waiter struct {
 	Tenant        string
 	Worker        string
 	Queues        []string
 	LeaseDuration time.Duration // 0: each queue's default
-	// OneShot waiters (long-poll Claims) are removed after their first
+	// Capacity caps the credits the waiter holds at once; 0 means the
+	// dispatcher's CreditsMax.
+	Capacity int
+	// OneShot waiters (unary Claims) are removed after their first
 	// delivery.
 	OneShot bool
+	// Immediate one-shot waiters (a Claim that does not wait) are answered
+	// by their first round even when it found nothing: Deliver gets an
+	// empty slice, or Fail the store's error.
+	Immediate bool
+	Fail      func(error)
 	// Deliver hands claimed jobs over. It must not block for long and must
 	// not call back into the Dispatcher. It returns false when the waiter
 	// can no longer take them; the dispatcher then releases them.
 	Deliver func([]store.ClaimedJob) bool
+	// Held, when set, is how many leases the waiter holds now: with its
+	// credits, never more than Capacity.
+	Held func() int
+	// Backlogged, when set, reports that the waiter is not taking what it
+	// was sent (a stream whose pushes are not being read): no claim is
+	// made for it meanwhile. Call Ready when it drains.
+	Backlogged func() bool
 
 	// Guarded by Dispatcher.mu.
 	credits  int
 	claiming bool
 	removed  bool
+	group    string // tenant and sorted queues: waiters claimed together
 }
 
 // Dispatcher claims jobs on behalf of waiters. Start it, Stop it; Quiesce
@@ -83,6 +105,7 @@ type Dispatcher struct {
 	pendingQueues  map[store.QueueRef]struct{}
 	pendingWaiters map[*Waiter]struct{}
 	quiesced       bool
+	rotation       int // where the next capped round starts, for fairness
 
 	quiesceCh chan struct{} // closed by Quiesce
 	wake      chan struct{} // capacity 1: a pending wake-up, coalesced
@@ -125,17 +148,9 @@ func (d *Dispatcher) Start(ctx context.Context) {
 	d.done = make(chan struct{})
 	var wg sync.WaitGroup
 	if n, ok := d.cfg.Store.(store.JobNotifier); ok {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.listen(ctx, n)
-		}()
+		wg.Go(func() { d.listen(ctx, n) })
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.loop(ctx)
-	}()
+	wg.Go(func() { d.loop(ctx) })
 	go func() {
 		wg.Wait()
 		close(d.done)
@@ -171,6 +186,20 @@ func (d *Dispatcher) Quiesce() {
 // Quiesced is closed once Quiesce was called.
 func (d *Dispatcher) Quiesced() <-chan struct{} { return d.quiesceCh }
 
+// creditCap is the most credits w may hold: its capacity less what it
+// holds already. d.mu held (Held takes the waiter owner's lock, which is
+// always taken after d.mu).
+func (d *Dispatcher) creditCap(w *Waiter) int {
+	limit := d.cfg.CreditsMax
+	if w.Capacity > 0 {
+		limit = min(w.Capacity, limit)
+	}
+	if w.Held != nil {
+		limit -= w.Held()
+	}
+	return max(limit, 0)
+}
+
 // Add registers w with credits and wakes the loop for it. It returns false
 // (and registers nothing) once the dispatcher is quiesced.
 func (d *Dispatcher) Add(w *Waiter, credits int) bool {
@@ -179,14 +208,16 @@ func (d *Dispatcher) Add(w *Waiter, credits int) bool {
 	if d.quiesced {
 		return false
 	}
+	qs := slices.Compact(slices.Sorted(slices.Values(w.Queues)))
+	w.group = w.Tenant + "\x00" + strings.Join(qs, "\x00")
 	d.waiters[w] = struct{}{}
-	w.credits = min(max(credits, 0), d.cfg.CreditsMax)
+	w.credits = min(max(credits, 0), d.creditCap(w))
 	d.pendingWaiters[w] = struct{}{}
 	d.signal()
 	return true
 }
 
-// AddCredits grants w more credits (capped at CreditsMax) and wakes the
+// AddCredits grants w more credits (capped at its capacity) and wakes the
 // loop for it.
 func (d *Dispatcher) AddCredits(w *Waiter, n int) {
 	d.mu.Lock()
@@ -194,9 +225,19 @@ func (d *Dispatcher) AddCredits(w *Waiter, n int) {
 	if w.removed {
 		return
 	}
-	w.credits = min(w.credits+max(n, 0), d.cfg.CreditsMax)
+	w.credits = min(w.credits+max(n, 0), d.creditCap(w))
 	d.pendingWaiters[w] = struct{}{}
 	d.signal()
+}
+
+// Ready wakes the loop for w: a backlogged waiter caught up.
+func (d *Dispatcher) Ready(w *Waiter) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !w.removed {
+		d.pendingWaiters[w] = struct{}{}
+		d.signal()
+	}
 }
 
 // Credits returns w's remaining credits.
@@ -286,50 +327,99 @@ func (d *Dispatcher) loop(ctx context.Context) {
 	}
 }
 
-// runOnce runs one dispatch round and returns how many leases it
-// delivered.
-func (d *Dispatcher) runOnce(ctx context.Context) int {
-	d.mu.Lock()
-	if d.quiesced {
-		d.mu.Unlock()
-		return 0
-	}
-	all, queues, ws := d.pendingAll, d.pendingQueues, d.pendingWaiters
-	d.pendingAll = false
-	d.pendingQueues = make(map[store.QueueRef]struct{})
-	d.pendingWaiters = make(map[*Waiter]struct{})
-	var batch []*Waiter
-	for w := range d.waiters {
-		if w.credits <= 0 || w.claiming {
-			continue
-		}
-		_, named := ws[w]
-		if all || named || matches(w, queues) {
-			w.claiming = true
-			batch = append(batch, w)
-		}
-	}
-	d.mu.Unlock()
+// group is the waiters of one round that share a tenant and queue set:
+// one ClaimMany serves them all.
+type group struct {
+	tenant  string
+	queues  []string
+	waiters []*Waiter
+}
 
+// runOnce runs one dispatch round and returns how many leases it
+// delivered: the woken waiters are grouped by tenant and queue set, and
+// each group gets one claim for all of its credits.
+func (d *Dispatcher) runOnce(ctx context.Context) int {
+	start := time.Now()
+	groups := d.takeRound()
 	var (
 		wg    sync.WaitGroup
 		total int
 		tmu   sync.Mutex
 		sem   = make(chan struct{}, d.cfg.Concurrency)
 	)
-	for _, w := range batch {
+	for _, g := range groups {
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			n := d.claimFor(ctx, w)
+		wg.Go(func() {
+			defer func() { <-sem }()
+			n := d.claimFor(ctx, g)
 			tmu.Lock()
 			total += n
 			tmu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
+	if d.cfg.Round != nil && len(groups) > 0 {
+		d.cfg.Round(time.Since(start), total)
+	}
 	return total
+}
+
+// takeRound picks the waiters a round claims for — woken, with credits, no
+// claim in flight, not backlogged — marks them claiming and groups them.
+// One claim hands out at most store.ClaimSlotsMax leases; waiters past
+// that wait for the next round, which starts at once, and the starting
+// point rotates so that no waiter is always last.
+func (d *Dispatcher) takeRound() []*group {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.quiesced {
+		return nil
+	}
+	all, queues, ws := d.pendingAll, d.pendingQueues, d.pendingWaiters
+	d.pendingAll = false
+	d.pendingQueues = make(map[store.QueueRef]struct{})
+	d.pendingWaiters = make(map[*Waiter]struct{})
+	var picked []*Waiter
+	for w := range d.waiters {
+		if w.claiming || w.credits <= 0 {
+			continue
+		}
+		if _, named := ws[w]; all || named || matches(w, queues) {
+			if w.Backlogged != nil && w.Backlogged() {
+				continue // Ready brings it back
+			}
+			picked = append(picked, w)
+		}
+	}
+	// Map order is random; sort so that rotation means something.
+	slices.SortFunc(picked, func(a, b *Waiter) int {
+		return cmp.Or(strings.Compare(a.group, b.group), strings.Compare(a.Worker, b.Worker))
+	})
+	if n := len(picked); n > 0 {
+		d.rotation = (d.rotation + 1) % n
+		picked = append(picked[d.rotation:], picked[:d.rotation]...)
+	}
+	byKey := map[string]*group{}
+	var out []*group
+	slots := map[string]int{}
+	for _, w := range picked {
+		ask := max(min(w.credits, store.BatchMaxItems), 1)
+		if slots[w.group]+ask > store.ClaimSlotsMax {
+			d.pendingWaiters[w] = struct{}{}
+			d.signal()
+			continue
+		}
+		slots[w.group] += ask
+		g := byKey[w.group]
+		if g == nil {
+			g = &group{tenant: w.Tenant, queues: w.Queues}
+			byKey[w.group] = g
+			out = append(out, g)
+		}
+		w.claiming = true
+		g.waiters = append(g.waiters, w)
+	}
+	return out
 }
 
 func matches(w *Waiter, queues map[store.QueueRef]struct{}) bool {
@@ -344,61 +434,112 @@ func matches(w *Waiter, queues map[store.QueueRef]struct{}) bool {
 	return false
 }
 
-// claimFor claims for one waiter (w.claiming is set) and delivers.
-func (d *Dispatcher) claimFor(ctx context.Context, w *Waiter) int {
-	d.mu.Lock()
-	n := min(w.credits, store.BatchMaxItems)
-	d.mu.Unlock()
-	jobs, err := d.cfg.Store.Claim(ctx, store.ClaimParams{
-		Tenant: w.Tenant, Worker: w.Worker, Queues: w.Queues, Max: n,
-		LeaseDuration: w.LeaseDuration, Now: d.now(),
-	})
-	if err != nil || len(jobs) == 0 {
-		d.mu.Lock()
-		w.claiming = false
-		d.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "dispatch claim failed; the next wake-up or poll retries",
-				slog.String("worker_id", w.Worker), slog.String("error", err.Error()))
+// claimFor claims for one group and delivers. Waiters of a group that
+// share a worker id (a stream and a unary Claim of the same worker) go in
+// separate claims, since a lease names only its worker.
+func (d *Dispatcher) claimFor(ctx context.Context, g *group) int {
+	delivered := 0
+	for layer := g.waiters; len(layer) > 0; {
+		var this, next []*Waiter
+		seen := map[string]bool{}
+		for _, w := range layer {
+			if seen[w.Worker] {
+				next = append(next, w)
+				continue
+			}
+			seen[w.Worker] = true
+			this = append(this, w)
 		}
-		return 0
+		delivered += d.claimLayer(ctx, g, this)
+		layer = next
 	}
-	// Deliver outside d.mu: it takes the waiter owner's own lock.
-	ok := w.Deliver(jobs)
-	d.mu.Lock()
-	w.claiming = false
-	if ok {
-		w.credits -= len(jobs)
-		switch {
-		case w.OneShot:
-			d.remove(w)
-		case len(jobs) == n && w.credits > 0 && !w.removed:
-			// A full batch: more jobs may be waiting.
-			d.pendingWaiters[w] = struct{}{}
-			d.signal()
-		}
-	}
-	d.mu.Unlock()
-	if !ok {
-		d.release(ctx, w.Tenant, jobs)
-		return 0
-	}
-	return len(jobs)
+	return delivered
 }
 
-// release gives back leases that could not be delivered. It detaches from
-// ctx (which may be ending with the shutdown that caused the refusal)
-// because releasing now spares the job a full lease of waiting; a bounded
-// timeout keeps shutdown from hanging on it.
+// claimLayer claims once for waiters with distinct worker ids.
+func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int {
+	asks := make([]store.ClaimWaiter, 0, len(ws))
+	var claiming []*Waiter
+	d.mu.Lock()
+	for _, w := range ws {
+		if w.credits > 0 {
+			asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: min(w.credits, store.BatchMaxItems), LeaseDuration: w.LeaseDuration})
+			claiming = append(claiming, w)
+		}
+	}
+	d.mu.Unlock()
+	var jobs []store.ClaimedJob
+	var err error
+	if len(asks) > 0 {
+		jobs, err = d.cfg.Store.ClaimMany(ctx, store.ClaimManyParams{Tenant: g.tenant, Queues: g.queues, Waiters: asks, Now: d.now()})
+		if err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "dispatch claim failed; the next wake-up or poll retries",
+				slog.String("tenant", g.tenant), slog.Int("waiters", len(asks)), slog.String("error", err.Error()))
+		}
+	}
+	byWorker := map[string][]store.ClaimedJob{}
+	for _, j := range jobs {
+		byWorker[j.Token.WorkerID] = append(byWorker[j.Token.WorkerID], j)
+	}
+	var undelivered []store.ClaimedJob
+	delivered := 0
+	for _, w := range ws {
+		got := byWorker[w.Worker]
+		if err != nil && w.Immediate && w.Fail != nil {
+			w.Fail(err)
+			d.mu.Lock()
+			w.claiming = false
+			d.remove(w)
+			d.mu.Unlock()
+			continue
+		}
+		// Deliver outside d.mu: it takes the waiter owner's own lock.
+		ok := true
+		if len(got) > 0 || (w.Immediate && err == nil) {
+			ok = w.Deliver(got)
+		}
+		d.mu.Lock()
+		w.claiming = false
+		switch {
+		case !ok:
+			undelivered = append(undelivered, got...)
+		case len(got) > 0 || w.Immediate:
+			w.credits -= len(got)
+			delivered += len(got)
+			if w.OneShot {
+				d.remove(w)
+			} else if ask := min(w.credits+len(got), store.BatchMaxItems); len(got) == ask && w.credits > 0 && !w.removed {
+				// A full share: more jobs may be waiting.
+				d.pendingWaiters[w] = struct{}{}
+				d.signal()
+			}
+		}
+		d.mu.Unlock()
+	}
+	if len(undelivered) > 0 {
+		d.release(ctx, g.tenant, undelivered)
+	}
+	if delivered > 0 && d.cfg.Leased != nil {
+		d.cfg.Leased(jobs)
+	}
+	return delivered
+}
+
+// release gives back leases that could not be delivered, in one batch. It
+// detaches from ctx (which may be ending with the shutdown that caused the
+// refusal) because releasing now spares the jobs a full lease of waiting;
+// a bounded timeout keeps shutdown from hanging on it. A lease that could
+// not be released simply expires.
 func (d *Dispatcher) release(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	for _, j := range jobs {
-		_, err := d.cfg.Store.Release(rctx, store.ReleaseParams{Tenant: tenant, Token: j.Token, Now: d.now()})
-		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			d.log.WarnContext(ctx, "release of an undelivered lease failed; it will expire",
-				slog.String("job_id", j.Token.JobID), slog.String("error", err.Error()))
-		}
+	reports := make([]store.Report, len(jobs))
+	for i, j := range jobs {
+		reports[i] = store.Report{Kind: store.ReportRelease, Tenant: tenant, Token: j.Token, Now: d.now()}
+	}
+	if _, err := d.cfg.Store.ApplyReports(rctx, reports); err != nil {
+		d.log.WarnContext(ctx, "release of undelivered leases failed; they will expire",
+			slog.Int("leases", len(jobs)), slog.String("error", err.Error()))
 	}
 }
 

@@ -15,24 +15,7 @@ import (
 // claims on a queue with a concurrency limit ("LH").
 const claimLockClass = 0x4C48
 
-// Claim implements store.Store, in one transaction:
-//
-//  1. expired leases of the queues that must not be taken over are ended
-//     (claimPrelude): a job whose cancellation was requested becomes
-//     CANCELLED (attempt lease_expired, one CANCELLED event), and a job
-//     whose budget is spent (attempts >= max_attempts, or its retry
-//     deadline passed) becomes DEAD (attempt lease_expired, LEASE_EXPIRED,
-//     RUN_FAILED and DEAD events), so neither stays stuck nor is claimed
-//     forever;
-//  2. paused queues are dropped; each queue with a concurrency limit is
-//     locked (transaction advisory lock) and gets the share its unexpired
-//     leases leave;
-//  3. qClaim selects (FOR UPDATE SKIP LOCKED) and leases the jobs in one
-//     statement; a job whose lease expired (with budget left) is taken over
-//     at generation + 1, its old attempt closed as lease_expired with a
-//     LEASE_EXPIRED event;
-//  4. every claimed job gets its LEASED event and a running attempt row,
-//     and is returned with its latest checkpoint and effect ledger.
+// Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
@@ -40,292 +23,214 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 	if err := store.ValidateClaim(p); err != nil {
 		return nil, err
 	}
-	var out []store.ClaimedJob
-	err := s.withTx(ctx, "claim", func(tx pgx.Tx) error {
-		var err error
-		out, err = s.claim(ctx, tx, p)
-		return err
-	})
+	return s.ClaimMany(ctx, p.Many())
+}
+
+// ClaimMany implements store.Store:
+//
+//  1. qClaimMany selects (FOR UPDATE SKIP LOCKED), leases and records the
+//     LEASED events in one statement, each job going to the waiter of its
+//     slot (store.ClaimSlots). Alone it commits by itself: one round trip.
+//  2. Only when a queue has a concurrency limit, a transaction first locks
+//     each such queue with an advisory lock, in sorted order, and counts
+//     its unexpired leases, so that two claimers never exceed the limit
+//     together.
+//  3. Only when some job is on a later lease, its latest checkpoint and
+//     effect ledger are read.
+//
+// The queues' policies (paused, default and maximum lease, concurrency
+// limit) come from the store's policy cache, not from a query.
+func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store.ClaimedJob, error) {
+	if err := store.ValidateClaimMany(p); err != nil {
+		return nil, err
+	}
+	queues := slices.Compact(slices.Sorted(slices.Values(p.Queues)))
+	refs := make([]store.QueueRef, len(queues))
+	for i, q := range queues {
+		refs[i] = store.QueueRef{Tenant: p.Tenant, Queue: q}
+	}
+	policies, err := s.policies.Get(ctx, refs)
+	if err != nil {
+		return nil, s.readError(ctx, "claim", err)
+	}
+	slots := store.ClaimSlots(p.Waiters)
+	owners := make([]string, len(slots))
+	leases := make([]int64, len(slots))
+	for i, w := range slots {
+		owners[i], leases[i] = p.Waiters[w].Worker, int64(p.Waiters[w].LeaseDuration)
+	}
+	limited := false
+	for _, pol := range policies {
+		limited = limited || (!pol.Paused && pol.ConcurrencyLimit > 0)
+	}
+	var recs []*jobRecord
+	if !limited {
+		// The common case is one statement: it commits on its own, in one
+		// round trip.
+		err = s.retryTx(ctx, "claim", func() error {
+			if hook := s.opts.BeforeCommit; hook != nil {
+				if err := hook("claim"); err != nil {
+					return &hookError{op: "claim", err: err}
+				}
+			}
+			var err error
+			recs, err = claimStatement(ctx, s.pool, p, queues, policies, nil, owners, leases)
+			return err
+		})
+	} else {
+		err = s.withTx(ctx, "claim", func(tx pgx.Tx) error {
+			active, err := lockLimited(ctx, tx, p, queues, policies)
+			if err != nil {
+				return err
+			}
+			recs, err = claimStatement(ctx, tx, p, queues, policies, active, owners, leases)
+			return err
+		})
+	}
 	if err != nil {
 		return nil, err
+	}
+	out, err := s.claimedJobs(ctx, p.Tenant, recs)
+	if err != nil {
+		return nil, s.readError(ctx, "claim", err)
 	}
 	return out, nil
 }
 
-// claimed is one row of qClaim.
-type claimed struct {
-	rec            *jobRecord
-	prevState      string
-	prevOwner      string
-	prevGeneration int64
-}
-
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	queues := slices.Compact(slices.Sorted(slices.Values(p.Queues)))
-	now, policies, err := claimPrelude(ctx, tx, p.Tenant, queues, p.Now)
-	if err != nil {
-		return nil, err
-	}
-
-	var names []string
-	var caps []int32
-	var leases []int64
+// lockLimited takes the advisory lock of each queue with a concurrency
+// limit, in sorted order (no lock cycles between claimers), and counts its
+// unexpired leases, in one round trip.
+func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues []string,
+	policies map[store.QueueRef]store.QueuePolicy) (map[string]int64, error) {
 	var limited []string
 	for _, q := range queues {
-		if pol := policies[q]; !pol.Paused && pol.ConcurrencyLimit > 0 {
+		if pol := policies[store.QueueRef{Tenant: p.Tenant, Queue: q}]; !pol.Paused && pol.ConcurrencyLimit > 0 {
 			limited = append(limited, q)
 		}
 	}
-	active := map[string]int64{}
-	if len(limited) > 0 {
-		// Sorted lock order: two claimers never wait on each other in a
-		// cycle.
-		for _, q := range limited {
-			if _, err := tx.Exec(ctx, qAdvisoryLockQueue, int32(claimLockClass), p.Tenant+"/"+q); err != nil {
-				return nil, err
-			}
-		}
-		rows, err := tx.Query(ctx, qActiveLeases, p.Tenant, limited, now)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var q string
-			var n int64
-			if err := rows.Scan(&q, &n); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			active[q] = n
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-	}
-	for _, q := range queues {
-		pol := policies[q]
-		if pol.Paused {
-			continue
-		}
-		capacity := int64(p.Max)
-		if pol.ConcurrencyLimit > 0 {
-			capacity = min(capacity, int64(pol.ConcurrencyLimit)-active[q])
-		}
-		if capacity <= 0 {
-			continue
-		}
-		names = append(names, q)
-		caps = append(caps, int32(capacity))
-		leases = append(leases, int64(cmp.Or(p.LeaseDuration, pol.DefaultLeaseDuration, store.LeaseDurationDefault)))
-	}
-	if len(names) == 0 {
-		return nil, nil
-	}
-
-	rows, err := tx.Query(ctx, qClaim, p.Tenant, names, caps, leases, now, p.Max, p.Worker)
-	if err != nil {
-		return nil, err
-	}
-	var got []claimed
-	for rows.Next() {
-		var c claimed
-		c.rec, err = scanJob(rows, &c.prevState, &c.prevOwner, &c.prevGeneration)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		got = append(got, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(got) == 0 {
-		return nil, nil
-	}
-	// RETURNING has no order; hand jobs out in claim order.
-	slices.SortFunc(got, func(a, b claimed) int {
-		x, y := a.rec.job, b.rec.job
-		return cmp.Or(cmp.Compare(y.Priority, x.Priority), x.AvailableAt.Compare(y.AvailableAt), cmp.Compare(x.ID, y.ID))
-	})
-
-	var (
-		evs               eventBatch
-		expiredIDs, ids   []string
-		expiredGens, gens []int64
-		attemptNums       []int32
-	)
-	for _, c := range got {
-		j := c.rec.job
-		if c.prevState == string(store.JobStateLeased) {
-			expiredIDs = append(expiredIDs, j.ID)
-			expiredGens = append(expiredGens, c.prevGeneration)
-			evs.add(j.ID, c.rec.lastEventSeq-1, event{typ: store.EventLeaseExpired, data: map[string]any{
-				"worker_id": c.prevOwner, "lease_generation": c.prevGeneration,
-			}})
-		}
-		evs.add(j.ID, c.rec.lastEventSeq, event{typ: store.EventLeased, data: map[string]any{
-			"worker_id": p.Worker, "lease_generation": j.LeaseGeneration, "attempt": j.Attempts,
-			"lease_expires_at": j.LeaseExpiresAt,
-		}})
-		ids = append(ids, j.ID)
-		gens = append(gens, j.LeaseGeneration)
-		attemptNums = append(attemptNums, j.Attempts)
-	}
-	// The rest is one pipelined batch: the writes touch only the claimed
-	// jobs' attempts and events, which the reads (checkpoints, effects)
-	// do not look at.
 	b := &pgx.Batch{}
-	if len(expiredIDs) > 0 {
-		b.Queue(qCloseAttempts, p.Tenant, string(store.AttemptLeaseExpired), now, expiredIDs, expiredGens)
+	for _, q := range limited {
+		b.Queue(qAdvisoryLockQueue, int32(claimLockClass), p.Tenant+"/"+q)
 	}
-	b.Queue(qInsertEvents, p.Tenant, now, evs.jobIDs, evs.seqs, evs.types, evs.data)
-	b.Queue(qInsertAttempts, p.Tenant, p.Worker, now, ids, attemptNums, gens)
-	b.Queue(qLatestCheckpoints, p.Tenant, ids)
-	b.Queue(qEffectsForJobs, p.Tenant, ids)
+	b.Queue(qActiveLeases, p.Tenant, limited, nowArg(p.Now))
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	for range b.Len() - 2 {
+	for range limited {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
 	}
-	checkpoints, err := checkpointsFrom(br.Query())
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	effects, err := effectsFrom(br.Query())
+	active := map[string]int64{}
+	for rows.Next() {
+		var q string
+		var n int64
+		if err := rows.Scan(&q, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		active[q] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return active, br.Close()
+}
+
+// claimStatement runs qClaimMany for the open queues (not paused, with
+// room under their limit given the active leases counted) and returns the
+// leased rows.
+func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, queues []string,
+	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64) ([]*jobRecord, error) {
+	total := len(owners)
+	var (
+		names                    []string
+		caps                     []int32
+		defaultLeases, maxLeases []int64
+	)
+	for _, name := range queues {
+		pol := policies[store.QueueRef{Tenant: p.Tenant, Queue: name}]
+		if pol.Paused {
+			continue
+		}
+		capacity := int64(total)
+		if pol.ConcurrencyLimit > 0 {
+			capacity = min(capacity, int64(pol.ConcurrencyLimit)-active[name])
+		}
+		if capacity <= 0 {
+			continue
+		}
+		names = append(names, name)
+		caps = append(caps, int32(capacity))
+		defaultLeases = append(defaultLeases, int64(pol.LeaseFor(0)))
+		maxLeases = append(maxLeases, int64(pol.LeaseFor(store.LeaseDurationMax)))
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, qClaimMany, p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total)
 	if err != nil {
 		return nil, err
 	}
-	if err := br.Close(); err != nil {
-		return nil, err
+	return collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+}
+
+// claimedJobs turns leased rows into claims in claim order, with the
+// latest checkpoint and effect ledger of jobs on a later lease. Those are
+// read after the claim committed: nobody but the new holder can change
+// them now.
+func (s *Store) claimedJobs(ctx context.Context, tenant string, recs []*jobRecord) ([]store.ClaimedJob, error) {
+	if len(recs) == 0 {
+		return nil, nil
 	}
-	out := make([]store.ClaimedJob, 0, len(got))
-	for _, c := range got {
-		j := c.rec.job
+	// RETURNING has no order; hand jobs out in claim order.
+	slices.SortFunc(recs, func(a, b *jobRecord) int {
+		x, y := a.job, b.job
+		return cmp.Or(cmp.Compare(y.Priority, x.Priority), x.AvailableAt.Compare(y.AvailableAt), cmp.Compare(x.ID, y.ID))
+	})
+	var again []string
+	for _, r := range recs {
+		if r.job.LeaseGeneration > 1 { // a first lease has no checkpoint or ledger yet
+			again = append(again, r.job.ID)
+		}
+	}
+	var (
+		checkpoints = map[string]*store.Checkpoint{}
+		effects     = map[string][]store.Effect{}
+		err         error
+	)
+	if len(again) > 0 {
+		b := &pgx.Batch{}
+		b.Queue(qLatestCheckpoints, tenant, again)
+		b.Queue(qEffectsForJobs, tenant, again)
+		br := s.pool.SendBatch(ctx, b)
+		if checkpoints, err = checkpointsFrom(br.Query()); err != nil {
+			br.Close()
+			return nil, err
+		}
+		if effects, err = effectsFrom(br.Query()); err != nil {
+			br.Close()
+			return nil, err
+		}
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]store.ClaimedJob, 0, len(recs))
+	for _, r := range recs {
+		j := r.job
 		j.Checkpoint = checkpoints[j.ID]
 		out = append(out, store.ClaimedJob{
 			Job:     j,
-			Token:   store.LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: p.Worker},
+			Token:   store.LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: j.LeaseOwner},
 			Effects: effects[j.ID],
 		})
 	}
 	return out, nil
-}
-
-// claimPrelude returns the transaction's instant and the queues' effective
-// policies, and ends the expired leases of the queues that no claim may take
-// over, in the claim's transaction:
-//
-//   - a job whose cancellation was requested and whose holder let the lease
-//     expire without acknowledging becomes CANCELLED (one CANCELLED event);
-//   - a job whose holder let the lease expire with no report while its
-//     budget is spent becomes DEAD: LEASE_EXPIRED, then RUN_FAILED with
-//     store.ErrorCodeLeaseExpired, then DEAD, its last error set. This is
-//     what ends a poison pill whose worker crashes every time: it never
-//     reports, so only the claim can notice the budget is gone.
-//
-// Either way the expired attempt is closed as lease_expired. qClaim skips
-// both kinds, so a row left for a later claim (past the statements' LIMIT,
-// or locked by another claimer) is never leased meanwhile.
-//
-// The clock, the policies and both UPDATEs go in one pipelined batch (one
-// round trip; the UPDATEs read the clock as now() when the caller gave no
-// Now); closing the ended attempts and appending their events takes a second
-// round trip only when some lease was ended.
-func claimPrelude(ctx context.Context, tx pgx.Tx, tenant string, queues []string, at time.Time) (time.Time, map[string]store.QueuePolicy, error) {
-	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
-	b := &pgx.Batch{}
-	if at.IsZero() {
-		b.Queue(qNow)
-	}
-	b.Queue(qPoliciesForQueues, tenant, queues)
-	b.Queue(qCancelExpiredRequested, tenant, queues, nowArg(at))
-	b.Queue(qDeadLetterExpired, tenant, queues, nowArg(at), expired.Code, expired.Message)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-
-	now := normTime(at)
-	if at.IsZero() {
-		if err := br.QueryRow().Scan(&now); err != nil {
-			return time.Time{}, nil, err
-		}
-		now = now.UTC()
-	}
-	rows, err := br.Query()
-	policies, err := policiesFrom(rows, err, queues)
-	if err != nil {
-		return time.Time{}, nil, err
-	}
-
-	var (
-		evs  eventBatch
-		ids  []string
-		gens []int64
-	)
-	rows, err = br.Query()
-	if err != nil {
-		return time.Time{}, nil, err
-	}
-	for rows.Next() {
-		var id, owner, reason string
-		var gen, seq int64
-		if err := rows.Scan(&id, &owner, &gen, &seq, &reason); err != nil {
-			rows.Close()
-			return time.Time{}, nil, err
-		}
-		ids = append(ids, id)
-		gens = append(gens, gen)
-		evs.add(id, seq, event{typ: store.EventCancelled, data: map[string]any{
-			"reason": reason, "worker_id": owner, "lease_generation": gen, "lease_expired": true,
-		}})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return time.Time{}, nil, err
-	}
-
-	rows, err = br.Query()
-	if err != nil {
-		return time.Time{}, nil, err
-	}
-	for rows.Next() {
-		var id, owner string
-		var gen, seq int64
-		var attempts, maxAttempts int32
-		if err := rows.Scan(&id, &owner, &gen, &seq, &attempts, &maxAttempts); err != nil {
-			rows.Close()
-			return time.Time{}, nil, err
-		}
-		ids = append(ids, id)
-		gens = append(gens, gen)
-		holder := store.LeaseToken{JobID: id, Generation: gen, WorkerID: owner}
-		runFailed := holderData(holder)
-		runFailed["attempt"] = attempts
-		evs.add(id, seq-2, event{typ: store.EventLeaseExpired, data: holderData(holder)})
-		evs.add(id, seq-1, event{typ: store.EventRunFailed, data: errorData(runFailed, expired)})
-		evs.add(id, seq, event{typ: store.EventDead, data: deadData(attempts, maxAttempts)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return time.Time{}, nil, err
-	}
-	if err := br.Close(); err != nil {
-		return time.Time{}, nil, err
-	}
-	if len(ids) == 0 {
-		return now, policies, nil
-	}
-
-	b = &pgx.Batch{}
-	b.Queue(qCloseAttempts, tenant, string(store.AttemptLeaseExpired), now, ids, gens)
-	b.Queue(qInsertEvents, tenant, now, evs.jobIDs, evs.seqs, evs.types, evs.data)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return time.Time{}, nil, err
-	}
-	return now, policies, nil
 }
 
 // latestCheckpoints returns the latest checkpoint of each job that has one.
@@ -351,12 +256,6 @@ func checkpointsFrom(rows pgx.Rows, err error) (map[string]*store.Checkpoint, er
 	return out, nil
 }
 
-// effectsForJobs returns each job's effect ledger ordered by key.
-func effectsForJobs(ctx context.Context, q querier, tenant string, ids []string) (map[string][]store.Effect, error) {
-	rows, err := q.Query(ctx, qEffectsForJobs, tenant, ids)
-	return effectsFrom(rows, err)
-}
-
 // effectsFrom is effectsForJobs on the result of qEffectsForJobs (rows,
 // err), so that the query can be pipelined.
 func effectsFrom(rows pgx.Rows, err error) (map[string][]store.Effect, error) {
@@ -372,4 +271,49 @@ func effectsFrom(rows pgx.Rows, err error) (map[string][]store.Effect, error) {
 		out[e.JobID] = append(out[e.JobID], *e)
 	}
 	return out, nil
+}
+
+// ReapExpired implements store.Store: store.Reap in one transaction.
+func (s *Store) ReapExpired(ctx context.Context, p store.ReapParams) (store.ReapResult, error) {
+	if p.Limit < 0 {
+		return store.ReapResult{}, store.Invalid("limit", "must not be negative")
+	}
+	var out store.ReapResult
+	err := s.withLazyTx(ctx, "reap", func(tx *lazyTx) error {
+		var err error
+		out, err = store.Reap(ctx, reportTx{tx: tx, s: s}, p)
+		return err
+	})
+	if err != nil {
+		return store.ReapResult{}, err
+	}
+	return out, nil
+}
+
+// LockExpired implements store.ReapTx with qLockExpired.
+func (r reportTx) LockExpired(ctx context.Context, now time.Time, limit int) ([]store.Held, error) {
+	rows, err := r.tx.Query(ctx, qLockExpired, nowArg(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Held
+	for rows.Next() {
+		var at time.Time
+		rec, err := scanJob(rows, &at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC()})
+	}
+	return out, rows.Err()
+}
+
+// NextExpiry implements store.ReapTx.
+func (r reportTx) NextExpiry(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := r.tx.QueryRow(ctx, qNextExpiry).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	return timeOrZero(t), nil
 }

@@ -77,20 +77,23 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 		}
 		return text
 	}
+	lease := int64(30 * time.Second)
 	text := explain("claim query", postgres.ClaimQuery,
-		"t1", []string{"emails", "reports"}, []int32{10, 10},
-		[]int64{int64(30 * time.Second), int64(30 * time.Second)}, now, 10, "worker-1")
-	for _, idx := range []string{"jobs_claim_idx", "jobs_lease_expiry_idx"} {
-		if !strings.Contains(text, idx) {
-			t.Errorf("the claim query does not use %s:\n%s", idx, text)
-		}
+		"t1", []string{"emails", "reports"}, []int32{10, 10}, []int64{lease, lease}, []int64{lease, lease},
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2)
+	if !strings.Contains(text, "jobs_claim_idx") {
+		t.Errorf("the claim query does not use jobs_claim_idx:\n%s", text)
 	}
-	// Every claim also looks for expired leases with a spent budget; that
-	// look walks the lease-expiry index too, never the table.
-	text = explain("dead-letter query", postgres.DeadLetterExpiredQuery,
-		"t1", []string{"emails", "reports"}, now, store.ErrorCodeLeaseExpired, store.ErrorMessageLeaseExpired)
-	if !strings.Contains(text, "jobs_lease_expiry_idx") {
-		t.Errorf("the dead-letter query does not use jobs_lease_expiry_idx:\n%s", text)
+	// The reaper finds expired leases, and the earliest expiry, through the
+	// leased index, never the table.
+	for what, q := range map[string]string{"lock-expired query": postgres.LockExpiredQuery, "next-expiry query": postgres.NextExpiryQuery} {
+		args := []any{now, 100}
+		if q == postgres.NextExpiryQuery {
+			args = nil
+		}
+		if text := explain(what, q, args...); !strings.Contains(text, "jobs_leased_idx") {
+			t.Errorf("the %s does not use jobs_leased_idx:\n%s", what, text)
+		}
 	}
 
 	// And the claim itself hands out the highest priority, oldest jobs.

@@ -6,194 +6,408 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/store"
 )
 
 // jobsPrimaryKey is the constraint a duplicate job id violates.
 const jobsPrimaryKey = "jobs_pkey"
 
-// CreateJobs implements store.Store. Each new job, its QUEUED event and its
-// idempotency record commit in one transaction with the rest of the batch.
+// createCall is one CreateJobs call waiting in the create committer, and
+// createAnswer its answer: the results, or the call's own refusal (an
+// idempotency conflict) that leaves the other calls of the batch alone.
+type (
+	createCall struct {
+		p      store.CreateJobsParams
+		window time.Duration
+	}
+	createAnswer struct {
+		results []store.CreateResult
+		err     error
+	}
+)
+
+// CreateJobs implements store.Store. The call joins the store's create
+// committer: concurrent calls share one transaction and one commit
+// (createBatch), each still all-or-nothing for its own requests. Each new
+// job, its QUEUED event and its idempotency record commit together.
 //
-// Idempotency: a request with a RequestID first takes its key with
-// qClaimIdempotencyKey. If a live record holds the key, the request replays
-// that record's job when the fingerprints match and fails the batch with
-// ErrIdempotencyConflict when they differ. Two requests of one batch with
-// the same key behave the same way, the second replaying the first.
+// Idempotency: a request with a RequestID takes its key (a set-based
+// INSERT … ON CONFLICT DO UPDATE … WHERE expired). If a live record holds
+// the key, the request replays that record's job when the fingerprints
+// match, and fails its call with ErrIdempotencyConflict when they differ.
+// Two requests with the same key in one batch behave the same way, the
+// second replaying the first.
 func (s *Store) CreateJobs(ctx context.Context, p store.CreateJobsParams) ([]store.CreateResult, error) {
 	if err := store.ValidateCreate(p); err != nil {
 		return nil, err
 	}
-	window := cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)
-	var results []store.CreateResult
-	err := s.withTx(ctx, "create", func(tx pgx.Tx) error {
+	res, err := s.creates.Do(ctx, createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)})
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res[0].results, res[0].err
+}
+
+// createBatch is the create committer's flush: every call in one
+// transaction.
+func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAnswer, error) {
+	var out []createAnswer
+	err := s.withLazyTx(ctx, "create", func(tx *lazyTx) error {
 		var err error
-		results, err = s.createJobs(ctx, tx, p, window)
+		out, err = s.createCalls(ctx, tx, calls)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return results, nil
+	return out, nil
 }
 
-// newJob is a job to insert, at request index idx.
-type newJob struct {
-	idx  int
-	id   string
-	spec store.JobSpec
+// pendingCreate is one request's place in a batch.
+type pendingCreate struct {
+	call, idx int
+	key       string // request id, "" when none
+	fp        string
+	job       *store.Job
+	event     store.NewEvent
 }
 
-func (s *Store) createJobs(ctx context.Context, tx pgx.Tx, p store.CreateJobsParams, window time.Duration) ([]store.CreateResult, error) {
-	now, err := txNow(ctx, tx, p.Now)
+func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall) ([]createAnswer, error) {
+	var dbNow time.Time
+	if err := tx.QueryRow(ctx, qNow).Scan(&dbNow); err != nil {
+		return nil, err
+	}
+	var refs []store.QueueRef
+	for _, c := range calls {
+		for _, r := range c.p.Requests {
+			refs = append(refs, store.QueueRef{Tenant: c.p.Tenant, Queue: r.Spec.Queue})
+		}
+	}
+	policies, err := s.policies.Get(ctx, slices.Compact(slices.SortedFunc(slices.Values(refs), func(a, b store.QueueRef) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue))
+	})))
 	if err != nil {
 		return nil, err
 	}
-	queues := make([]string, 0, len(p.Requests))
-	for _, r := range p.Requests {
-		queues = append(queues, r.Spec.Queue)
+	out := make([]createAnswer, len(calls))
+	// Calls whose request ids another call of the batch also uses go in a
+	// later pass of the same transaction, so that they find the earlier
+	// call's record like any committed one.
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
 	}
-	policies, err := loadPolicies(ctx, tx, p.Tenant, queues)
-	if err != nil {
-		return nil, err
+	for len(pending) > 0 {
+		var this, later []int
+		seen := map[store.QueueRef]bool{} // (tenant, request id)
+		for _, i := range pending {
+			c := calls[i]
+			clash := false
+			for _, r := range c.p.Requests {
+				if r.RequestID != "" && seen[store.QueueRef{Tenant: c.p.Tenant, Queue: r.RequestID}] {
+					clash = true
+				}
+			}
+			if clash {
+				later = append(later, i)
+				continue
+			}
+			for _, r := range c.p.Requests {
+				if r.RequestID != "" {
+					seen[store.QueueRef{Tenant: c.p.Tenant, Queue: r.RequestID}] = true
+				}
+			}
+			this = append(this, i)
+		}
+		if err := s.createPass(ctx, tx, calls, this, dbNow, policies, out); err != nil {
+			return nil, err
+		}
+		pending = later
 	}
+	return out, nil
+}
 
-	results := make([]store.CreateResult, len(p.Requests))
-	// sameAs[i] = j: request i replays request j of this batch.
-	sameAs := map[int]int{}
-	type keyUse struct {
-		fingerprint string
-		idx         int
-	}
-	keys := map[string]keyUse{}
-	var inserts []newJob
-	for i, r := range p.Requests {
-		if r.RequestID == "" {
+// createPass creates the requests of the calls idx (whose request ids do
+// not clash with each other's) in the open transaction, and fills their
+// answers.
+func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, idx []int, dbNow time.Time,
+	policies map[store.QueueRef]store.QueuePolicy, out []createAnswer) error {
+	var all []*pendingCreate
+	replayOf := map[*pendingCreate]*pendingCreate{} // within one call, a repeated key
+	for _, ci := range idx {
+		c := calls[ci]
+		now := dbNow
+		if !c.p.Now.IsZero() {
+			now = c.p.Now
+		}
+		out[ci].results = make([]store.CreateResult, len(c.p.Requests))
+		byKey := map[string]*pendingCreate{}
+		for i, r := range c.p.Requests {
+			pc := &pendingCreate{call: ci, idx: i, key: r.RequestID}
+			if r.RequestID != "" {
+				pc.fp = store.Fingerprint(r.Spec)
+				if prev, ok := byKey[r.RequestID]; ok {
+					if prev.fp != pc.fp {
+						out[ci] = createAnswer{err: conflictError(i, len(c.p.Requests))}
+						break
+					}
+					replayOf[pc] = prev
+					continue
+				}
+				byKey[r.RequestID] = pc
+			}
 			id, err := s.newID()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			inserts = append(inserts, newJob{idx: i, id: id, spec: r.Spec})
-			continue
-		}
-		fp := store.Fingerprint(r.Spec)
-		if prev, ok := keys[r.RequestID]; ok {
-			if prev.fingerprint != fp {
-				return nil, conflictError(i, len(p.Requests))
-			}
-			sameAs[i] = prev.idx
-			continue
-		}
-		keys[r.RequestID] = keyUse{fingerprint: fp, idx: i}
-
-		id, err := s.newID()
-		if err != nil {
-			return nil, err
-		}
-		var took bool
-		err = tx.QueryRow(ctx, qClaimIdempotencyKey, p.Tenant, r.RequestID, fp, id, now.Add(window), now).Scan(&took)
-		switch {
-		case err == nil:
-			inserts = append(inserts, newJob{idx: i, id: id, spec: r.Spec})
-			continue
-		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, err
-		}
-		// A live record holds the key (this statement's snapshot sees it
-		// even if it committed while we waited for its lock).
-		var storedFP, jobID string
-		if err := tx.QueryRow(ctx, qGetIdempotencyKey, p.Tenant, r.RequestID).Scan(&storedFP, &jobID); err != nil {
-			return nil, err
-		}
-		job, err := getJob(ctx, tx, p.Tenant, jobID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Its job was pruned: the record counts as expired.
-			if _, err := tx.Exec(ctx, qRetargetIdempotencyKey, p.Tenant, r.RequestID, fp, id, now.Add(window)); err != nil {
-				return nil, err
-			}
-			inserts = append(inserts, newJob{idx: i, id: id, spec: r.Spec})
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load the job of request id %q: %w", r.RequestID, err)
-		}
-		if storedFP != fp {
-			return nil, conflictError(i, len(p.Requests))
-		}
-		results[i] = store.CreateResult{Job: job, Replayed: true}
-	}
-
-	if len(inserts) > 0 {
-		if err := s.insertJobs(ctx, tx, p.Tenant, now, policies, inserts, results, len(p.Requests)); err != nil {
-			return nil, err
+			pc.job, pc.event = store.DecideCreate(policies[store.QueueRef{Tenant: c.p.Tenant, Queue: r.Spec.Queue}], c.p.Tenant, id, r.Spec, now)
+			all = append(all, pc)
 		}
 	}
-	for i, j := range sameAs {
-		results[i] = store.CreateResult{Job: results[j].Job, Replayed: true}
-	}
-	return results, nil
-}
+	alive := func(pc *pendingCreate) bool { return out[pc.call].err == nil }
 
-// insertJobs inserts the jobs, their QUEUED events and one notification per
-// queue in a single round trip, and stores each job in results.
-func (s *Store) insertJobs(ctx context.Context, tx pgx.Tx, tenant string, now time.Time,
-	policies map[string]store.QueuePolicy, inserts []newJob, results []store.CreateResult, n int) error {
-	b := &pgx.Batch{}
-	notified := map[string]bool{}
-	for _, nj := range inserts {
-		spec := nj.spec
-		policy := policies[spec.Queue]
-		maxAttempts := cmp.Or(spec.MaxAttempts, policy.Retry.MaxAttempts)
-		availableAt := now
-		switch {
-		case spec.RunAfter > 0:
-			availableAt = now.Add(spec.RunAfter)
-		case !spec.RunAt.IsZero():
-			availableAt = normTime(spec.RunAt)
+	// Take the free request ids in one statement; the others are held by a
+	// live record, to replay or to conflict with.
+	var keyed []*pendingCreate
+	for _, pc := range all {
+		if pc.key != "" && alive(pc) {
+			keyed = append(keyed, pc)
 		}
-		var deadline time.Time
-		if policy.Retry.TotalRetryDeadline > 0 {
-			deadline = now.Add(policy.Retry.TotalRetryDeadline)
-		}
-		metadata, err := metadataJSON(spec.Metadata)
+	}
+	replayed := map[*pendingCreate]*store.Job{}
+	if len(keyed) > 0 {
+		taken, err := s.takeKeys(ctx, tx, calls, keyed, dbNow)
 		if err != nil {
 			return err
 		}
-		b.Queue(qInsertJob, tenant, nj.id, spec.Queue, spec.Kind, blobArg(spec.Payload), metadata,
-			spec.Priority, maxAttempts, now, availableAt, timeArg(deadline), "", spec.Dependency)
-		b.Queue(qInsertEvent, tenant, nj.id, int64(1), string(store.EventQueued), now,
-			event{data: map[string]any{"queue": spec.Queue, "available_at": availableAt}}.json())
-		if !notified[spec.Queue] {
-			notified[spec.Queue] = true
-			b.Queue(qNotify, s.channel, encodeNotification(tenant, spec.Queue))
+		var held []*pendingCreate
+		for _, pc := range keyed {
+			if !taken[pc] {
+				held = append(held, pc)
+			}
+		}
+		if err := s.resolveHeldKeys(ctx, tx, calls, held, replayed, out); err != nil {
+			return err
+		}
+		// A call that failed gives back the keys it took.
+		var undo []*pendingCreate
+		for _, pc := range keyed {
+			if taken[pc] && !alive(pc) {
+				undo = append(undo, pc)
+			}
+		}
+		if len(undo) > 0 {
+			if err := s.releaseKeys(ctx, tx, calls, undo); err != nil {
+				return err
+			}
+		}
+	}
+
+	var inserts []*pendingCreate
+	for _, pc := range all {
+		if !alive(pc) {
+			continue
+		}
+		if job, ok := replayed[pc]; ok {
+			out[pc.call].results[pc.idx] = store.CreateResult{Job: job, Replayed: true}
+			continue
+		}
+		inserts = append(inserts, pc)
+		out[pc.call].results[pc.idx] = store.CreateResult{Job: pc.job}
+	}
+	for pc, first := range replayOf {
+		if alive(pc) {
+			out[pc.call].results[pc.idx] = store.CreateResult{Job: out[first.call].results[first.idx].Job, Replayed: true}
+		}
+	}
+	for i := range out {
+		if out[i].err != nil {
+			out[i].results = nil
+		}
+	}
+	if len(inserts) == 0 {
+		return nil
+	}
+	return s.insertJobs(ctx, tx, calls, inserts)
+}
+
+// takeKeys takes the request ids of keyed for their new jobs, in one
+// statement, and reports which it took (the free and the expired ones).
+// Keys are taken in sorted order, so that two batches never wait on each
+// other in a cycle.
+func (s *Store) takeKeys(ctx context.Context, tx *lazyTx, calls []createCall, keyed []*pendingCreate, dbNow time.Time) (map[*pendingCreate]bool, error) {
+	n := len(keyed)
+	tenants, keys, fps, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	expires, nows := make([]time.Time, n), make([]time.Time, n)
+	byKey := make(map[store.QueueRef]*pendingCreate, n)
+	for i, pc := range keyed {
+		c := calls[pc.call]
+		now := cmp.Or(c.p.Now, dbNow)
+		tenants[i], keys[i], fps[i], ids[i] = c.p.Tenant, pc.key, pc.fp, pc.job.ID
+		expires[i], nows[i] = now.Add(c.window), now
+		byKey[store.QueueRef{Tenant: c.p.Tenant, Queue: pc.key}] = pc
+	}
+	rows, err := tx.Query(ctx, qTakeIdempotencyKeys, tenants, keys, fps, ids, nowArgs(expires), nowArgs(nows))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	taken := make(map[*pendingCreate]bool, n)
+	for rows.Next() {
+		var tenant, key string
+		if err := rows.Scan(&tenant, &key); err != nil {
+			return nil, err
+		}
+		taken[byKey[store.QueueRef{Tenant: tenant, Queue: key}]] = true
+	}
+	return taken, rows.Err()
+}
+
+// resolveHeldKeys answers the requests whose id a live record holds: the
+// record's job replays when the fingerprints match, the call fails with
+// ErrIdempotencyConflict when they differ, and a record whose job was
+// pruned is given to the new job (it counts as expired).
+func (s *Store) resolveHeldKeys(ctx context.Context, tx *lazyTx, calls []createCall, held []*pendingCreate,
+	replayed map[*pendingCreate]*store.Job, out []createAnswer) error {
+	if len(held) == 0 {
+		return nil
+	}
+	n := len(held)
+	tenants, keys := make([]string, n), make([]string, n)
+	for i, pc := range held {
+		tenants[i], keys[i] = calls[pc.call].p.Tenant, pc.key
+	}
+	rows, err := tx.Query(ctx, qHeldIdempotencyKeys, tenants, keys)
+	if err != nil {
+		return err
+	}
+	type record struct {
+		fp  string
+		job *store.Job
+	}
+	found := map[int]record{}
+	var jobTenants, jobIDs []string
+	for rows.Next() {
+		var (
+			ord       int64
+			fp, jobID string
+		)
+		if err := rows.Scan(&ord, &fp, &jobID); err != nil {
+			rows.Close()
+			return err
+		}
+		found[int(ord)-1] = record{fp: fp}
+		jobTenants = append(jobTenants, tenants[ord-1])
+		jobIDs = append(jobIDs, jobID)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	jobs, err := jobsByID(ctx, tx, jobTenants, jobIDs)
+	if err != nil {
+		return err
+	}
+	k := 0
+	for i := range held {
+		if r, ok := found[i]; ok {
+			r.job = jobs[store.QueueRef{Tenant: jobTenants[k], Queue: jobIDs[k]}]
+			found[i] = r
+			k++
+		}
+	}
+	for i, pc := range held {
+		c := calls[pc.call]
+		r, ok := found[i]
+		switch {
+		case !ok:
+			// The record vanished since the key statement (retention):
+			// impossible under its row lock; refuse rather than guess.
+			return fmt.Errorf("request id %q: its record vanished", pc.key)
+		case r.job == nil:
+			// Its job was pruned: the record counts as expired.
+			now := cmp.Or(c.p.Now, pc.job.CreatedAt)
+			if _, err := tx.Exec(ctx, qRetargetIdempotencyKey, c.p.Tenant, pc.key, pc.fp, pc.job.ID, now.Add(c.window)); err != nil {
+				return err
+			}
+		case r.fp != pc.fp:
+			out[pc.call] = createAnswer{err: conflictError(pc.idx, len(c.p.Requests))}
+		default:
+			replayed[pc] = r.job
+		}
+	}
+	return nil
+}
+
+// releaseKeys drops the records that a failed call took for jobs it will
+// not create.
+func (s *Store) releaseKeys(ctx context.Context, tx *lazyTx, calls []createCall, undo []*pendingCreate) error {
+	n := len(undo)
+	tenants, keys, ids := make([]string, n), make([]string, n), make([]string, n)
+	for i, pc := range undo {
+		tenants[i], keys[i], ids[i] = calls[pc.call].p.Tenant, pc.key, pc.job.ID
+	}
+	_, err := tx.Exec(ctx, qReleaseIdempotencyKeys, tenants, keys, ids)
+	return err
+}
+
+// insertJobs inserts the jobs and their QUEUED events set-based, and
+// queues one notification per queue, in one round trip.
+func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, calls []createCall, inserts []*pendingCreate) error {
+	n := len(inserts)
+	var (
+		tenants, ids, queues, kinds, metas, deps, data = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		payloads                      = make([][]byte, n)
+		priorities, maxAttempts       = make([]int32, n), make([]int32, n)
+		created, available, deadlines = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		notified                      = map[store.QueueRef]bool{}
+		b                             = &pgx.Batch{}
+	)
+	for i, pc := range inserts {
+		j := pc.job
+		md, err := metadataJSON(j.Metadata)
+		if err != nil {
+			return err
+		}
+		tenants[i], ids[i], queues[i], kinds[i], metas[i], deps[i] = j.Tenant, j.ID, j.Queue, j.Kind, md, j.Dependency
+		payloads[i], priorities[i], maxAttempts[i] = blobArg(j.Payload), j.Priority, j.MaxAttempts
+		created[i], available[i], deadlines[i] = j.CreatedAt, j.AvailableAt, j.RetryDeadline
+		data[i] = pc.event.Data
+	}
+	b.Queue(qInsertJobs, tenants, ids, queues, kinds, payloads, metas, priorities, maxAttempts,
+		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps)
+	b.Queue(qInsertQueuedEvents, tenants, ids, nowArgs(created), data)
+	var wake []store.QueueRef
+	for _, pc := range inserts {
+		if q := (store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.job.Queue}); !notified[q] {
+			notified[q] = true
+			wake = append(wake, q)
+			b.Queue(qNotify, s.channel, encodeNotification(q.Tenant, q.Queue))
 		}
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
-	notified = map[string]bool{}
-	for _, nj := range inserts {
-		rec, err := scanJob(br.QueryRow())
-		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == jobsPrimaryKey {
-				return engineErrorf("%s: the id generator returned %q, which a job already has; nothing was created", requestField(nj.idx, n), nj.id)
-			}
-			return err
+	if _, err := br.Exec(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == jobsPrimaryKey {
+			return engineErrorf("the id generator returned an id that a job already has; nothing was created")
 		}
-		results[nj.idx] = store.CreateResult{Job: rec.job}
+		return err
+	}
+	for range 1 + len(wake) {
 		if _, err := br.Exec(); err != nil {
 			return err
-		}
-		if !notified[nj.spec.Queue] {
-			notified[nj.spec.Queue] = true
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
 		}
 	}
 	return br.Close()
@@ -222,6 +436,30 @@ func metadataJSON(md map[string]string) (string, error) {
 	return string(b), nil
 }
 
+// jobsByID reads jobs of several tenants with their latest checkpoints, in
+// one statement, keyed by (tenant, id) (as a QueueRef's two strings).
+func jobsByID(ctx context.Context, q querier, tenants, ids []string) (map[store.QueueRef]*store.Job, error) {
+	out := make(map[store.QueueRef]*store.Job, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, qJobsByIDs, tenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var cp checkpointCols
+		rec, err := scanJob(rows, cp.dest()...)
+		if err != nil {
+			return nil, err
+		}
+		rec.job.Checkpoint = cp.checkpoint()
+		out[store.QueueRef{Tenant: rec.job.Tenant, Queue: rec.job.ID}] = rec.job
+	}
+	return out, rows.Err()
+}
+
 // getJob reads a job with its latest checkpoint.
 func getJob(ctx context.Context, q querier, tenant, id string) (*store.Job, error) {
 	rec, err := scanJob(q.QueryRow(ctx, qGetJob, tenant, id))
@@ -248,7 +486,7 @@ func attachCheckpoint(ctx context.Context, q querier, job *store.Job) error {
 	return nil
 }
 
-// querier is what reads need: a pool or a transaction.
+// querier is what reads need: a pool, a transaction or a lazyTx.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -60,40 +59,6 @@ func wantTypes(t *testing.T, got []store.EventType, want ...store.EventType) {
 	t.Helper()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("events are %v, want %v", got, want)
-	}
-}
-
-// TestUnacknowledgedCancelEndsAtNextClaim: a leased job whose cancellation
-// was requested and whose holder let the lease expire is never claimed
-// again; the next claim on its queue ends it CANCELLED with one terminal
-// event and its attempt closed as lease_expired, so it cannot stay stuck.
-func TestUnacknowledgedCancelEndsAtNextClaim(t *testing.T) {
-	t.Parallel()
-	s := open(t, migrated(t), store.EngineOptions{})
-	j := mustCreateAt(t, s, "t", "q", epoch)
-	c := mustClaimOne(t, s, "t", "w1", "q", epoch)
-	if _, err := s.RequestCancel(t.Context(), store.RequestCancelParams{Tenant: "t", JobID: j.ID, Reason: "stop", Now: epoch.Add(time.Second)}); err != nil {
-		t.Fatalf("request cancel: %v", err)
-	}
-	got, err := s.Claim(t.Context(), store.ClaimParams{Tenant: "t", Worker: "w2", Queues: []string{"q"}, Max: 5, Now: epoch.Add(time.Minute)})
-	if err != nil || len(got) != 0 {
-		t.Fatalf("claim after the lease expired: %v, %d jobs; want none", err, len(got))
-	}
-	job, err := s.GetJob(t.Context(), "t", j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if job.State != store.JobStateCancelled || !job.LeaseExpiresAt.IsZero() || !job.FinishedAt.Equal(epoch.Add(time.Minute)) {
-		t.Fatalf("job is %s (lease expires %s, finished %s), want cancelled at the claim's time", job.State, job.LeaseExpiresAt, job.FinishedAt)
-	}
-	wantTypes(t, eventTypes(t, s, "t", j.ID), store.EventQueued, store.EventLeased, store.EventCancelRequested, store.EventCancelled)
-	as, err := s.ListAttempts(t.Context(), "t", j.ID)
-	if err != nil || len(as) != 1 || as[0].Outcome != store.AttemptLeaseExpired {
-		t.Fatalf("attempts: %+v, %v; want one lease_expired", as, err)
-	}
-	// The old holder's late acknowledgement is lost, not a second cancel.
-	if _, err := s.CancelByHolder(t.Context(), store.CancelByHolderParams{Tenant: "t", Token: c.Token, Now: epoch.Add(2 * time.Minute)}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("late acknowledgement: got %v, want ErrLeaseLost", err)
 	}
 }
 

@@ -51,27 +51,3 @@ func appendEvent(ctx context.Context, tx pgx.Tx, tenant, jobID string, at time.T
 	}
 	return appendReserved(ctx, tx, tenant, jobID, seq, at, e)
 }
-
-// eventBatch collects events of several jobs for one qInsertEvents (its
-// fields are the statement's arrays).
-type eventBatch struct {
-	jobIDs []string
-	seqs   []int64
-	types  []string
-	data   []string
-}
-
-func (b *eventBatch) add(jobID string, seq int64, e event) {
-	b.jobIDs = append(b.jobIDs, jobID)
-	b.seqs = append(b.seqs, seq)
-	b.types = append(b.types, string(e.typ))
-	b.data = append(b.data, e.json())
-}
-
-// errorData is the event form of a worker's error.
-func errorData(data map[string]any, e store.JobError) map[string]any {
-	data["error_code"] = e.Code
-	data["error_message"] = e.Message
-	data["retryable"] = e.Retryable
-	return data
-}

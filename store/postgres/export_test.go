@@ -20,10 +20,11 @@ func Pool(s *Store) *pgxpool.Pool { return s.pool }
 // listener connection has issued LISTEN. Call it before SubscribeJobs.
 func SetOnListen(s *Store, fn func(pid uint32)) { s.onListen = fn }
 
-// The exact statements Claim runs, for EXPLAIN.
+// The exact statements ClaimMany and ReapExpired run, for EXPLAIN.
 const (
-	ClaimQuery             = qClaim
-	DeadLetterExpiredQuery = qDeadLetterExpired
+	ClaimQuery       = qClaimMany
+	LockExpiredQuery = qLockExpired
+	NextExpiryQuery  = qNextExpiry
 )
 
 // Cursor codec.

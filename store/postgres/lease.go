@@ -58,22 +58,6 @@ func diagnose(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToke
 	return nil, fmt.Errorf("job %s generation %d: %w", tok.JobID, tok.Generation, store.ErrLeaseLost)
 }
 
-// deadData says why a job is dead: with attempts left, it was the retry
-// deadline.
-func deadData(attempts, maxAttempts int32) map[string]any {
-	reason := "attempts exhausted"
-	if attempts < maxAttempts {
-		reason = "retry deadline exceeded"
-	}
-	return map[string]any{"reason": reason, "attempts": attempts, "max_attempts": maxAttempts}
-}
-
-// holderData is the event data naming the lease that acted. Event data
-// keys are the same on both engines.
-func holderData(tok store.LeaseToken) map[string]any {
-	return map[string]any{"worker_id": tok.WorkerID, "lease_generation": tok.Generation}
-}
-
 // RequestCancel implements store.Store: QUEUED → CANCELLED at once; LEASED
 // → cancel requested (the holder learns it from Renew and acknowledges with
 // CancelByHolder, or the next Claim ends the job once its lease expires);

@@ -48,6 +48,11 @@ type Store struct {
 	// reports is the group committer: every report of every caller joins
 	// a batch that applyReports applies in one transaction.
 	reports *groupcommit.Committer[store.Report, store.ReportResult]
+	// creates is the create committer: concurrent CreateJobs calls share
+	// a transaction (createBatch).
+	creates *groupcommit.Committer[createCall, createAnswer]
+	// policies caches queue policies for claims, renewals and retries.
+	policies *store.PolicyCache
 
 	pool   *pgxpool.Pool
 	cfg    Config
@@ -129,8 +134,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closeCtx: closeCtx,
 		closeFn:  closeFn,
 	}
+	s.policies = &store.PolicyCache{Load: s.loadPolicyRefs}
+	// A batch is bounded in calls (each of at most store.BatchMaxItems
+	// requests).
+	s.creates = groupcommit.New(groupcommit.Config[createCall, createAnswer]{
+		Flush: s.createBatch, MaxBatch: 32, MaxPending: 1_000, Queued: s.opts.QueuedHook("create"),
+	})
 	s.reports = groupcommit.New(groupcommit.Config[store.Report, store.ReportResult]{
-		Flush: s.applyReports, Queued: s.opts.ReportsQueued,
+		Flush: s.applyReports, Queued: s.opts.QueuedHook("report"),
 	})
 	s.Reporter = store.Reporter{Submit: s.submitReports}
 	return s, nil
@@ -170,6 +181,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // closes the pool. It is safe to call twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.creates.Close()
 		s.reports.Close()
 		s.listenersMu.Lock()
 		s.closed = true
@@ -186,9 +198,16 @@ func (s *Store) Close() error {
 // an idempotency-key insert race) is run again from the start, so fn must
 // not keep state between runs except through its return.
 func (s *Store) withTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	return s.retryTx(ctx, op, func() error { return s.runTx(ctx, op, fn) })
+}
+
+// retryTx runs one transaction attempt, run, again from the start when it
+// lost a serialization or deadlock race (or an idempotency-key insert
+// race), and converts its final error.
+func (s *Store) retryTx(ctx context.Context, op string, run func() error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = s.runTx(ctx, op, fn)
+		err = run()
 		var he *hookError
 		if err == nil || errors.As(err, &he) || !retryable(err) || attempt == txAttempts || ctx.Err() != nil {
 			break

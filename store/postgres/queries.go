@@ -16,7 +16,7 @@ const (
 	attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
 	cancel_requested, cancel_reason, created_at, available_at, finished_at,
 	retry_deadline, last_error_code, last_error_message, last_error_retryable,
-	result, replay_of, replayed_as, abandoned, dependency, last_event_seq`
+	result, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at`
 
 	// jobColumnsJ is jobColumns qualified by the alias j, for statements
 	// that join jobs with rows of the same column names.
@@ -24,7 +24,7 @@ const (
 	j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
 	j.cancel_requested, j.cancel_reason, j.created_at, j.available_at, j.finished_at,
 	j.retry_deadline, j.last_error_code, j.last_error_message, j.last_error_retryable,
-	j.result, j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.last_event_seq`
+	j.result, j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.last_event_seq, j.leased_at`
 
 	checkpointColumns = `id, job_id, phase, state, generation, parent_id, created_at`
 
@@ -35,7 +35,7 @@ const (
 
 	policyColumns = `queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier, jitter_fraction,
 	retryable_codes, non_retryable_codes, total_retry_deadline_ns, default_lease_ns,
-	concurrency_limit, paused`
+	concurrency_limit, paused, max_lease_ns`
 )
 
 // Jobs and events.
@@ -60,12 +60,6 @@ const (
 
 	qInsertEvent = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
 	VALUES ($1, $2, $3, $4, $5, $6::jsonb)`
-
-	// qInsertEvents appends events of several jobs whose sequences the
-	// caller already reserved.
-	qInsertEvents = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-	SELECT $1, e.job_id, e.seq, e.type, $2, e.data::jsonb
-	FROM unnest($3::text[], $4::bigint[], $5::text[], $6::text[]) AS e(job_id, seq, type, data)`
 
 	qListEvents = `SELECT job_id, seq, type, at, data::text FROM job_events
 	WHERE tenant = $1 AND job_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`
@@ -107,163 +101,91 @@ const (
 	WHERE tenant = $1 AND operation = 'create_job' AND key = $2`
 )
 
-// Claim.
+// Claim and expiry.
 const (
 	// qAdvisoryLockQueue serialises claims on one (tenant, queue) with a
 	// concurrency limit until the transaction ends. The two-key form keeps
 	// these locks apart from goose's single-key migration lock.
 	qAdvisoryLockQueue = `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`
 
-	// qActiveLeases counts the unexpired leases of the queues.
+	// qActiveLeases counts the unexpired leases of the queues at $3 (NULL:
+	// the database clock).
 	qActiveLeases = `SELECT queue, count(*) FROM jobs
-	WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased' AND lease_expires_at > $3
+	WHERE state = 'leased' AND tenant = $1 AND queue = ANY($2::text[])
+	  AND lease_expires_at > coalesce($3::timestamptz, now())
 	GROUP BY queue`
 
-	// qCancelExpiredRequested and qDeadLetterExpired take $3 = the
-	// caller's Now or NULL (the database clock), so that Claim can pipeline
-	// them with the statement that reads the clock.
-	//
-	// qCancelExpiredRequested ends, as CANCELLED, the jobs of the queues
-	// whose cancellation was requested and whose holder let the lease
-	// expire without acknowledging: they can never be claimed again.
-	qCancelExpiredRequested = `UPDATE jobs j
-	SET state = 'cancelled', finished_at = coalesce($3::timestamptz, now()), lease_expires_at = NULL, last_event_seq = j.last_event_seq + 1
-	FROM (
-		SELECT tenant, id FROM jobs
-		WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased'
-		  AND cancel_requested AND lease_expires_at <= coalesce($3::timestamptz, now())
-		ORDER BY lease_expires_at
-		LIMIT 1000
-		FOR UPDATE SKIP LOCKED
-	) c
-	WHERE j.tenant = c.tenant AND j.id = c.id
-	RETURNING j.id, j.lease_owner, j.lease_generation, j.last_event_seq, j.cancel_reason`
-
-	// qDeadLetterExpired ends, as DEAD, the jobs of the queues whose lease
-	// expired with no report while their budget is spent (attempts >=
-	// max_attempts, or the retry deadline passed): a worker that crashes
-	// on a job every time never reports, so no Retry would ever end it and
-	// it would be claimed forever. The caller appends the three events
-	// whose sequences this reserves (LEASE_EXPIRED, RUN_FAILED, DEAD).
-	// Cancel-requested jobs are qCancelExpiredRequested's. $4/$5 are the
-	// last error's code and message.
-	qDeadLetterExpired = `UPDATE jobs j
-	SET state = 'dead', finished_at = coalesce($3::timestamptz, now()), lease_expires_at = NULL,
-	    last_error_code = $4, last_error_message = $5, last_error_retryable = true,
-	    last_event_seq = j.last_event_seq + 3
-	FROM (
-		SELECT tenant, id FROM jobs
-		WHERE tenant = $1 AND queue = ANY($2::text[]) AND state = 'leased'
-		  AND NOT cancel_requested AND lease_expires_at <= coalesce($3::timestamptz, now())
-		  AND (attempts >= max_attempts OR retry_deadline < coalesce($3::timestamptz, now()))
-		ORDER BY lease_expires_at
-		LIMIT 1000
-		FOR UPDATE SKIP LOCKED
-	) d
-	WHERE j.tenant = d.tenant AND j.id = d.id
-	RETURNING j.id, j.lease_owner, j.lease_generation, j.last_event_seq, j.attempts, j.max_attempts`
-
-	// qClaim selects and leases in one statement. For every queue
-	// ($2 names, $3 how many jobs it may still take, $4 its lease in
-	// nanoseconds) it walks the claim index (queued and available) and the
-	// lease-expiry index (leased and expired, with budget left: a spent
-	// one is never taken over, see qDeadLetterExpired) in order,
-	// LIMIT-bounded, so a claim is O(log n) per queue whatever the table
-	// size. Rows another
-	// claimer holds are skipped, not waited for. The candidates are merged
-	// in claim order (priority desc, available_at, id), each queue capped
-	// at its share, cut to $6 jobs, and leased: generation + 1, attempts +
-	// 1, one event sequence per event the claim appends (LEASED, preceded
-	// by LEASE_EXPIRED on a takeover). RETURNING carries the previous
-	// holder so the caller can close its attempt.
-	qClaim = `WITH q AS (
-		SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[]) AS q(queue, cap, lease_ns)
+	// qClaimMany selects and leases in one statement, and records the
+	// LEASED events. For every queue ($2 names, $3 how many jobs it may
+	// still take, $4 its default and $5 its maximum lease in nanoseconds)
+	// it walks the claim index (queued, available, not cancel-requested)
+	// in order, LIMIT-bounded, so a claim is O(log n) per queue however
+	// large the table; rows another claimer holds are skipped. The
+	// candidates are merged in claim order (priority desc, available_at,
+	// id), each queue capped at its share, and cut to $9 jobs; the k-th
+	// goes to slot k ($6 owners, $7 asked lease, 0 for the queue's
+	// default), leased at $8 (NULL: the database clock): generation + 1,
+	// attempts + 1, one event sequence for its LEASED event.
+	qClaimMany = `WITH q AS (
+		SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[]) AS q(queue, cap, default_ns, max_ns)
+	), slots AS (
+		SELECT * FROM unnest($6::text[], $7::bigint[]) WITH ORDINALITY AS s(owner, lease_ns, rn)
 	), candidates AS (
-		SELECT c.*, q.cap, q.lease_ns FROM q CROSS JOIN LATERAL (
-			SELECT j.id, j.queue, j.priority, j.available_at,
-			       j.state AS prev_state, j.lease_owner AS prev_owner, j.lease_generation AS prev_generation
+		SELECT c.*, q.cap, q.default_ns, q.max_ns FROM q CROSS JOIN LATERAL (
+			SELECT j.id, j.queue, j.priority, j.available_at
 			FROM jobs j
 			WHERE j.tenant = $1 AND j.queue = q.queue AND j.state = 'queued'
-			  AND j.available_at <= $5 AND NOT j.cancel_requested
+			  AND j.available_at <= coalesce($8::timestamptz, now()) AND NOT j.cancel_requested
 			ORDER BY j.priority DESC, j.available_at, j.id
 			LIMIT q.cap
 			FOR UPDATE SKIP LOCKED
 		) c
-		UNION ALL
-		SELECT c.*, q.cap, q.lease_ns FROM q CROSS JOIN LATERAL (
-			SELECT j.id, j.queue, j.priority, j.available_at,
-			       j.state AS prev_state, j.lease_owner AS prev_owner, j.lease_generation AS prev_generation
-			FROM jobs j
-			WHERE j.tenant = $1 AND j.queue = q.queue AND j.state = 'leased'
-			  AND j.lease_expires_at <= $5 AND NOT j.cancel_requested
-			  AND j.attempts < j.max_attempts AND (j.retry_deadline IS NULL OR j.retry_deadline >= $5)
-			ORDER BY j.lease_expires_at
-			LIMIT q.cap
-			FOR UPDATE SKIP LOCKED
-		) c
-	), ranked AS (
-		SELECT candidates.*,
-		       row_number() OVER (PARTITION BY queue ORDER BY priority DESC, available_at, id) AS rn
-		FROM candidates
 	), picked AS (
-		SELECT * FROM ranked WHERE rn <= cap
-		ORDER BY priority DESC, available_at, id
-		LIMIT $6
+		SELECT r.*, row_number() OVER (ORDER BY r.priority DESC, r.available_at, r.id) AS rn
+		FROM (
+			SELECT candidates.*, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, available_at, id) AS qrn
+			FROM candidates
+		) r
+		WHERE r.qrn <= r.cap
+		ORDER BY r.priority DESC, r.available_at, r.id
+		LIMIT $9
+	), leased AS (
+		UPDATE jobs j
+		SET state = 'leased',
+		    lease_owner = s.owner,
+		    lease_generation = j.lease_generation + 1,
+		    attempts = j.attempts + 1,
+		    leased_at = coalesce($8::timestamptz, now()),
+		    lease_expires_at = coalesce($8::timestamptz, now())
+		        + (least(coalesce(nullif(s.lease_ns, 0), p.default_ns), p.max_ns) / 1000) * interval '1 microsecond',
+		    last_event_seq = j.last_event_seq + 1
+		FROM picked p JOIN slots s ON s.rn = p.rn
+		WHERE j.tenant = $1 AND j.id = p.id
+		RETURNING j.*
+	), events AS (
+		INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+		SELECT l.tenant, l.id, l.last_event_seq, 'leased', l.leased_at, jsonb_build_object(
+			'worker_id', l.lease_owner, 'lease_generation', l.lease_generation, 'attempt', l.attempts,
+			'lease_expires_at', to_char(l.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+		FROM leased l
 	)
-	UPDATE jobs j
-	SET state = 'leased',
-	    lease_owner = $7,
-	    lease_generation = j.lease_generation + 1,
-	    attempts = j.attempts + 1,
-	    lease_expires_at = $5::timestamptz + (p.lease_ns / 1000) * interval '1 microsecond',
-	    last_event_seq = j.last_event_seq + CASE WHEN p.prev_state = 'leased' THEN 2 ELSE 1 END
-	FROM picked p
-	WHERE j.tenant = $1 AND j.id = p.id
-	RETURNING ` + jobColumnsJ + `, p.prev_state, p.prev_owner, p.prev_generation`
+	SELECT ` + jobColumns + ` FROM leased`
 
-	// qInsertAttempts opens the attempt rows of claimed jobs.
-	qInsertAttempts = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, outcome)
-	SELECT $1, a.job_id, a.attempt, a.generation, $2, $3, 'running'
-	FROM unnest($4::text[], $5::int[], $6::bigint[]) AS a(job_id, attempt, generation)`
+	// qLockExpired locks up to $2 leases that expired at $1 (NULL: the
+	// database clock), across tenants, earliest first, skipping rows
+	// another reaper holds; each row carries the instant it was judged at.
+	qLockExpired = `SELECT ` + jobColumns + `, coalesce($1::timestamptz, now()) FROM jobs
+	WHERE state = 'leased' AND lease_expires_at <= coalesce($1::timestamptz, now())
+	ORDER BY lease_expires_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED`
 
-	// qCloseAttempts ends running attempts of several jobs with one outcome.
-	qCloseAttempts = `UPDATE job_attempts a SET outcome = $2, finished_at = $3
-	FROM unnest($4::text[], $5::bigint[]) AS t(job_id, generation)
-	WHERE a.tenant = $1 AND a.job_id = t.job_id AND a.generation = t.generation AND a.outcome = 'running'`
+	// qNextExpiry is the earliest expiry among held leases.
+	qNextExpiry = `SELECT min(lease_expires_at) FROM jobs WHERE state = 'leased'`
 )
 
 // Lease-bound calls.
 const (
-	// qRenew extends the leases of several tokens ($2 job ids, $3 workers,
-	// $4 generations) in one statement, each by $5 nanoseconds, or by its
-	// queue's default lease when $5 is NULL. It matches only current,
-	// unexpired leases. The lateral subquery locks them one by one in
-	// job-id order (its LIMIT keeps it a nested loop over the sorted
-	// tokens), so that overlapping renewals cannot deadlock; FOR UPDATE
-	// rechecks the lease on the row's newest version. A token that matches
-	// nothing returns no row.
-	qRenew = `WITH locked AS (
-		SELECT j.tenant, j.id
-		FROM (
-			SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[]) AS t(id, owner, generation)
-			ORDER BY id
-		) t
-		CROSS JOIN LATERAL (
-			SELECT j.tenant, j.id FROM jobs j
-			WHERE j.tenant = $1 AND j.id = t.id AND j.state = 'leased' AND j.lease_owner = t.owner
-			  AND j.lease_generation = t.generation AND j.lease_expires_at > coalesce($6::timestamptz, now())
-			FOR UPDATE
-			LIMIT 1
-		) j
-	)
-	UPDATE jobs j
-	SET lease_expires_at = coalesce($6::timestamptz, now()) + (coalesce($5::bigint,
-	    (SELECT qp.default_lease_ns FROM queue_policies qp WHERE qp.tenant = j.tenant AND qp.queue = j.queue),
-	    $7::bigint) / 1000) * interval '1 microsecond'
-	FROM (SELECT DISTINCT tenant, id FROM locked) l
-	WHERE j.tenant = l.tenant AND j.id = l.id
-	RETURNING j.id, j.lease_owner, j.lease_generation, j.cancel_requested, j.lease_expires_at`
-
 	// qLockLease is the lease compare-and-set of every lease-bound call: it
 	// locks the job only while (state = leased, owner, generation,
 	// unexpired) holds, and returns the transaction's instant with it.
@@ -272,31 +194,16 @@ const (
 	  AND lease_generation = $4 AND lease_expires_at > coalesce($5::timestamptz, now())
 	FOR UPDATE`
 
-	// qLeaveLease moves a job locked by qLockLease out of LEASED and reserves
-	// the sequences of the $10 events the caller appends.
-	qLeaveLease = `UPDATE jobs
-	SET state = $3,
-	    available_at = coalesce($4::timestamptz, available_at),
-	    finished_at = $5,
-	    lease_expires_at = NULL,
-	    attempts = attempts - $6,
-	    result = CASE WHEN $3 = 'succeeded' THEN $7::bytea ELSE result END,
-	    last_error_code = coalesce($8::text, last_error_code),
-	    last_error_message = CASE WHEN $8::text IS NULL THEN last_error_message ELSE $9::text END,
-	    last_error_retryable = CASE WHEN $8::text IS NULL THEN last_error_retryable ELSE $11::boolean END,
-	    last_event_seq = last_event_seq + $10
-	WHERE tenant = $1 AND id = $2 AND state = 'leased'
-	RETURNING ` + jobColumns
-
-	qCloseAttempt = `UPDATE job_attempts
-	SET outcome = $4, finished_at = $5, error_code = $6, error_message = $7, error_retryable = $8
-	WHERE tenant = $1 AND job_id = $2 AND generation = $3`
-
 	qGetAttempt = `SELECT ` + attemptColumns + ` FROM job_attempts
 	WHERE tenant = $1 AND job_id = $2 AND generation = $3`
 
-	qListAttempts = `SELECT ` + attemptColumns + ` FROM job_attempts
-	WHERE tenant = $1 AND job_id = $2 ORDER BY generation`
+	// qListAttempts reads a job's ended attempts and, while it is leased,
+	// its running one from the job row.
+	qListAttempts = `SELECT ` + attemptColumns + ` FROM job_attempts WHERE tenant = $1 AND job_id = $2
+	UNION ALL
+	SELECT id, attempts, lease_generation, lease_owner, leased_at, NULL, 'running', NULL, NULL, NULL
+	FROM jobs WHERE tenant = $1 AND id = $2 AND state = 'leased'
+	ORDER BY generation`
 
 	qAttemptsForJobs = `SELECT ` + attemptColumns + ` FROM job_attempts
 	WHERE tenant = $1 AND job_id = ANY($2::text[]) ORDER BY job_id, generation`
@@ -399,8 +306,8 @@ const (
 	// qUpsertPolicy stores a policy and keeps the stored paused flag.
 	qUpsertPolicy = `INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns,
 		multiplier, jitter_fraction, retryable_codes, non_retryable_codes, total_retry_deadline_ns,
-		default_lease_ns, concurrency_limit, paused, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, false, coalesce($13::timestamptz, now()))
+		default_lease_ns, concurrency_limit, max_lease_ns, paused, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, false, coalesce($14::timestamptz, now()))
 	ON CONFLICT (tenant, queue) DO UPDATE SET
 		max_attempts = excluded.max_attempts,
 		initial_delay_ns = excluded.initial_delay_ns,
@@ -412,15 +319,16 @@ const (
 		total_retry_deadline_ns = excluded.total_retry_deadline_ns,
 		default_lease_ns = excluded.default_lease_ns,
 		concurrency_limit = excluded.concurrency_limit,
+		max_lease_ns = excluded.max_lease_ns,
 		updated_at = excluded.updated_at
 	RETURNING ` + policyColumns
 
 	// qSetPaused sets the paused flag, creating the row from the defaults
-	// ($3...$12) when the queue has none.
+	// ($3...$13) when the queue has none.
 	qSetPaused = `INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns,
 		multiplier, jitter_fraction, retryable_codes, non_retryable_codes, total_retry_deadline_ns,
-		default_lease_ns, concurrency_limit, paused, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14::timestamptz, now()))
+		default_lease_ns, concurrency_limit, max_lease_ns, paused, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, coalesce($15::timestamptz, now()))
 	ON CONFLICT (tenant, queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
 	RETURNING ` + policyColumns
 )
@@ -519,7 +427,9 @@ const (
 	WHERE (tenant, queue) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
 
 	// qLeaveLeases applies decided transitions (store.Transition) to jobs
-	// whose leases were locked by qLockLeases, the fence repeated per row:
+	// whose leases were locked by qLockLeases (or, $16, by qLockExpired:
+	// then the fence requires the lease to have expired), the fence
+	// repeated per row:
 	// $6 state, $7 available_at (NULL: unchanged), $8 finished_at, $9 1 to
 	// give the attempt back, $10 result (stored when succeeded), $11 whether
 	// $12–$14 become the last error, $15 how many event sequences the
@@ -537,11 +447,12 @@ const (
 	    last_event_seq = j.last_event_seq + u.nevents
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[],
 		$7::timestamptz[], $8::timestamptz[], $9::int[], $10::bytea[], $11::bool[], $12::text[],
-		$13::text[], $14::bool[], $15::int[])
+		$13::text[], $14::bool[], $15::int[], $16::bool[])
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
-		     set_error, code, message, retryable, nevents)
+		     set_error, code, message, retryable, nevents, expired)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
-	  AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`
+	  AND j.lease_generation = u.generation
+	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
 	// qInsertEventsMulti appends events of several tenants' jobs whose
 	// sequences the caller reserved.
@@ -550,17 +461,16 @@ const (
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[])
 		AS e(tenant, job_id, seq, type, at, data)`
 
-	// qCloseAttemptsMulti ends attempt rows, each with its own outcome and
-	// error ($6: whether $7–$9 are set).
-	qCloseAttemptsMulti = `UPDATE job_attempts a
-	SET outcome = u.outcome, finished_at = u.at,
-	    error_code = CASE WHEN u.has_error THEN u.code END,
-	    error_message = CASE WHEN u.has_error THEN u.message END,
-	    error_retryable = CASE WHEN u.has_error THEN u.retryable END
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::bool[],
-		$7::text[], $8::text[], $9::bool[])
-		AS u(tenant, job_id, generation, outcome, at, has_error, code, message, retryable)
-	WHERE a.tenant = u.tenant AND a.job_id = u.job_id AND a.generation = u.generation`
+	// qInsertAttemptsMulti records ended attempts, each with its own
+	// outcome and error ($9: whether $10–$12 are set).
+	qInsertAttemptsMulti = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at,
+		finished_at, outcome, error_code, error_message, error_retryable)
+	SELECT u.tenant, u.job_id, u.attempt, u.generation, u.worker_id, u.claimed_at, u.at, u.outcome,
+	       CASE WHEN u.has_error THEN u.code END, CASE WHEN u.has_error THEN u.message END,
+	       CASE WHEN u.has_error THEN u.retryable END
+	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[],
+		$7::timestamptz[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::bool[])
+		AS u(tenant, job_id, attempt, generation, worker_id, claimed_at, at, outcome, has_error, code, message, retryable)`
 
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
 	// was judged at.
@@ -569,4 +479,64 @@ const (
 		AS u(tenant, id, owner, generation, now, expires)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
 	  AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`
+)
+
+// Set-based creates (CreateJobs).
+const (
+	// qTakeIdempotencyKeys takes request ids ($1 tenants, $2 keys, $3
+	// fingerprints, $4 new job ids, $5 expiries) for new jobs, in sorted
+	// order, and returns the ones it took: the free keys, and those whose
+	// record expired at $6. A key whose live record another transaction
+	// just wrote waits for it and is then not taken; its conflicting row is
+	// always read at its newest version, so a job committed meanwhile is
+	// never missed.
+	qTakeIdempotencyKeys = `INSERT INTO idempotency_keys AS k (tenant, operation, key, fingerprint, job_id, expires_at)
+	SELECT u.tenant, 'create_job', u.key, u.fp, u.job_id, u.expires
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[])
+		AS u(tenant, key, fp, job_id, expires, now)
+	ORDER BY u.tenant, u.key
+	ON CONFLICT (tenant, operation, key) DO UPDATE
+	SET fingerprint = excluded.fingerprint, job_id = excluded.job_id, expires_at = excluded.expires_at
+	WHERE k.expires_at <= (SELECT min(now) FROM unnest($6::timestamptz[]) AS t(now))
+	RETURNING k.tenant, k.key`
+
+	// qHeldIdempotencyKeys reads the live records of request ids that
+	// qTakeIdempotencyKeys did not take, by 1-based position.
+	qHeldIdempotencyKeys = `SELECT r.ord, k.fingerprint, k.job_id
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(tenant, key, ord)
+	JOIN idempotency_keys k ON k.tenant = r.tenant AND k.operation = 'create_job' AND k.key = r.key`
+
+	// qReleaseIdempotencyKeys drops records taken for jobs that will not
+	// be created (their call failed).
+	qReleaseIdempotencyKeys = `DELETE FROM idempotency_keys k
+	USING unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, key, job_id)
+	WHERE k.tenant = u.tenant AND k.operation = 'create_job' AND k.key = u.key AND k.job_id = u.job_id`
+
+	// qJobsByIDs reads jobs of several tenants with their latest
+	// checkpoints.
+	qJobsByIDs = `SELECT ` + jobColumnsJ + `,
+		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at
+	FROM unnest($1::text[], $2::text[]) AS r(tenant, id)
+	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
+	LEFT JOIN LATERAL (
+		SELECT cp.id, cp.job_id, cp.phase, cp.state, cp.generation, cp.parent_id, cp.created_at
+		FROM job_checkpoints cp WHERE cp.tenant = j.tenant AND cp.job_id = j.id
+		ORDER BY cp.seq DESC LIMIT 1
+	) c ON true`
+
+	// qInsertJobs inserts QUEUED jobs whose first event (sequence 1)
+	// qInsertQueuedEvents inserts in the same transaction.
+	qInsertJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq)
+	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
+		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
+		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[])
+		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
+		     retry_deadline, dependency)`
+
+	// qInsertQueuedEvents inserts the QUEUED event of new jobs.
+	qInsertQueuedEvents = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+	SELECT u.tenant, u.job_id, 1, 'queued', u.at, u.data::jsonb
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(tenant, job_id, at, data)`
 )

@@ -90,6 +90,7 @@ func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy sto
 		out, err = scanPolicy(tx.QueryRow(ctx, qUpsertPolicy, args...))
 		return err
 	})
+	s.policies.Invalidate(store.QueueRef{Tenant: tenant, Queue: p.Queue})
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +120,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, tenant, queue string, paused
 		}
 		return nil
 	})
+	s.policies.Invalidate(store.QueueRef{Tenant: tenant, Queue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -219,4 +221,36 @@ func (s *Store) queueCounts(ctx context.Context, tenant, queue string, now time.
 		st.Add(store.JobState(state), n, available)
 	}
 	return out, rows.Err()
+}
+
+// loadPolicyRefs reads the effective policies of (tenant, queue) pairs in
+// one query: the store's PolicyCache loader.
+func (s *Store) loadPolicyRefs(ctx context.Context, queues []store.QueueRef) (map[store.QueueRef]store.QueuePolicy, error) {
+	tenants, names := make([]string, len(queues)), make([]string, len(queues))
+	for i, q := range queues {
+		tenants[i], names[i] = q.Tenant, q.Queue
+	}
+	rows, err := s.pool.Query(ctx, qPoliciesForTenantQueues, tenants, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[store.QueueRef]store.QueuePolicy, len(queues))
+	for rows.Next() {
+		var tenant string
+		p, err := scanPolicy(prefixed{rows, &tenant})
+		if err != nil {
+			return nil, err
+		}
+		out[store.QueueRef{Tenant: tenant, Queue: p.Queue}] = *p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
+		if _, ok := out[q]; !ok {
+			out[q] = store.DefaultQueuePolicy(q.Queue)
+		}
+	}
+	return out, nil
 }

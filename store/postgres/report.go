@@ -27,9 +27,9 @@ func (s *Store) submitReports(ctx context.Context, reports []store.Report) ([]st
 // batch, decided by store.ApplyReports.
 func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
 	var out []store.ReportResult
-	err := s.withTx(ctx, "report", func(tx pgx.Tx) error {
+	err := s.withLazyTx(ctx, "report", func(tx *lazyTx) error {
 		var err error
-		out, err = store.ApplyReports(ctx, reportTx{tx: tx, channel: s.channel}, reports, s.opts.Rand)
+		out, err = store.ApplyReports(ctx, reportTx{tx: tx, s: s}, reports, s.opts.Rand)
 		return err
 	})
 	if err != nil {
@@ -38,10 +38,11 @@ func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]sto
 	return out, nil
 }
 
-// reportTx runs store.ApplyReports' SQL in one transaction.
+// reportTx runs store.ApplyReports' and store.Reap's SQL in one
+// transaction.
 type reportTx struct {
-	tx      pgx.Tx
-	channel string
+	tx queryer
+	s  *Store
 }
 
 var _ store.ReportTx = reportTx{}
@@ -110,38 +111,12 @@ func (c *checkpointCols) checkpoint() *store.Checkpoint {
 	}
 }
 
-// QueuePolicies implements store.ReportTx.
+// QueuePolicies implements store.ReportTx from the store's policy cache.
 func (r reportTx) QueuePolicies(ctx context.Context, queues []store.QueueRef) (map[store.QueueRef]store.QueuePolicy, error) {
-	out := make(map[store.QueueRef]store.QueuePolicy, len(queues))
 	if len(queues) == 0 {
-		return out, nil
+		return map[store.QueueRef]store.QueuePolicy{}, nil
 	}
-	tenants, names := make([]string, len(queues)), make([]string, len(queues))
-	for i, q := range queues {
-		tenants[i], names[i] = q.Tenant, q.Queue
-	}
-	rows, err := r.tx.Query(ctx, qPoliciesForTenantQueues, tenants, names)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var tenant string
-		p, err := scanPolicy(prefixed{rows, &tenant})
-		if err != nil {
-			return nil, err
-		}
-		out[store.QueueRef{Tenant: tenant, Queue: p.Queue}] = *p
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, q := range queues {
-		if _, ok := out[q]; !ok {
-			out[q] = store.DefaultQueuePolicy(q.Queue)
-		}
-	}
-	return out, nil
+	return r.s.policies.Get(ctx, queues)
 }
 
 // prefixed scans leading columns into pre before the row's scanner.
@@ -219,6 +194,9 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 			gens                         = make([]int64, n)
 			nows, available, finished    = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 			refunds, nevents             = make([]int32, n), make([]int32, n)
+			expired                      = make([]bool, n)
+			attempts                     = make([]int32, n)
+			claimed                      = make([]time.Time, n)
 			results                      = make([][]byte, n)
 			setErr, retryable            = make([]bool, n), make([]bool, n)
 			codes, messages              = make([]string, n), make([]string, n)
@@ -231,6 +209,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		for i, l := range c.Leaves {
 			t := l.Transition
 			tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
+			expired[i], attempts[i], claimed[i] = l.Expired, l.Attempt, l.ClaimedAt
 			nows[i], available[i] = l.Now, t.AvailableAt
 			if t.Finished() {
 				finished[i] = l.Now
@@ -252,9 +231,10 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 			}
 		}
 		b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
-			nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents)
+			nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired)
 		b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
-		b.Queue(qCloseAttemptsMulti, tenants, ids, gens, outcomes, nowArgs(nows), aHasErr, aCodes, aMessages, aRetryable)
+		b.Queue(qInsertAttemptsMulti, tenants, ids, attempts, gens, owners, nowArgs(claimed), nowArgs(nows),
+			outcomes, aHasErr, aCodes, aMessages, aRetryable)
 	}
 	if n := len(c.Renewals); n > 0 {
 		renewals = n
@@ -266,7 +246,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
 	}
 	for _, q := range c.Wake {
-		b.Queue(qNotify, r.channel, encodeNotification(q.Tenant, q.Queue))
+		b.Queue(qNotify, r.s.channel, encodeNotification(q.Tenant, q.Queue))
 	}
 	br := r.tx.SendBatch(ctx, b)
 	defer br.Close()

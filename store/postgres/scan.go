@@ -28,6 +28,7 @@ func scanJob(row pgx.Row, extra ...any) (*jobRecord, error) {
 		rec                              = jobRecord{job: &j}
 		metadata, state                  string
 		leaseExpires, finished, deadline *time.Time
+		leasedAt                         *time.Time
 		errCode, errMessage              *string
 		errRetryable                     *bool
 		payload, result                  []byte
@@ -37,7 +38,7 @@ func scanJob(row pgx.Row, extra ...any) (*jobRecord, error) {
 		&j.Attempts, &j.MaxAttempts, &j.LeaseOwner, &j.LeaseGeneration, &leaseExpires,
 		&j.CancelRequested, &rec.cancelReason, &j.CreatedAt, &j.AvailableAt, &finished,
 		&deadline, &errCode, &errMessage, &errRetryable,
-		&result, &j.ReplayOf, &rec.replayedAs, &rec.abandoned, &j.Dependency, &rec.lastEventSeq,
+		&result, &j.ReplayOf, &rec.replayedAs, &rec.abandoned, &j.Dependency, &rec.lastEventSeq, &leasedAt,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
@@ -53,6 +54,7 @@ func scanJob(row pgx.Row, extra ...any) (*jobRecord, error) {
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.AvailableAt = j.AvailableAt.UTC()
 	j.LeaseExpiresAt = timeOrZero(leaseExpires)
+	j.LeasedAt = timeOrZero(leasedAt)
 	j.FinishedAt = timeOrZero(finished)
 	j.RetryDeadline = timeOrZero(deadline)
 	if errCode != nil {
@@ -122,19 +124,20 @@ func scanAttempt(row pgx.Row) (*store.Attempt, error) {
 
 func scanPolicy(row pgx.Row) (*store.QueuePolicy, error) {
 	var (
-		p                                     store.QueuePolicy
-		initialNS, maxNS, deadlineNS, leaseNS int64
-		retryable, nonRetryable               []string
+		p                                                 store.QueuePolicy
+		initialNS, maxNS, deadlineNS, leaseNS, maxLeaseNS int64
+		retryable, nonRetryable                           []string
 	)
 	if err := row.Scan(&p.Queue, &p.Retry.MaxAttempts, &initialNS, &maxNS, &p.Retry.Multiplier,
 		&p.Retry.JitterFraction, &retryable, &nonRetryable, &deadlineNS, &leaseNS,
-		&p.ConcurrencyLimit, &p.Paused); err != nil {
+		&p.ConcurrencyLimit, &p.Paused, &maxLeaseNS); err != nil {
 		return nil, err
 	}
 	p.Retry.InitialDelay = time.Duration(initialNS)
 	p.Retry.MaxDelay = time.Duration(maxNS)
 	p.Retry.TotalRetryDeadline = time.Duration(deadlineNS)
 	p.DefaultLeaseDuration = time.Duration(leaseNS)
+	p.MaxLeaseDuration = time.Duration(maxLeaseNS)
 	// Empty lists read back as nil, as DefaultQueuePolicy has them.
 	if len(retryable) > 0 {
 		p.Retry.RetryableErrorCodes = slices.Clone(retryable)
@@ -146,13 +149,14 @@ func scanPolicy(row pgx.Row) (*store.QueuePolicy, error) {
 }
 
 // policyArgs are the stored columns of p in qUpsertPolicy/qSetPaused order
-// (max_attempts ... concurrency_limit).
+// (max_attempts ... max_lease_ns).
 func policyArgs(p store.QueuePolicy) []any {
 	return []any{
 		p.Retry.MaxAttempts, int64(p.Retry.InitialDelay), int64(p.Retry.MaxDelay),
 		p.Retry.Multiplier, p.Retry.JitterFraction,
 		emptyIfNil(p.Retry.RetryableErrorCodes), emptyIfNil(p.Retry.NonRetryableErrorCodes),
 		int64(p.Retry.TotalRetryDeadline), int64(p.DefaultLeaseDuration), p.ConcurrencyLimit,
+		int64(p.MaxLeaseDuration),
 	}
 }
 

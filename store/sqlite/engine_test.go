@@ -323,45 +323,6 @@ func wantTypes(t *testing.T, got []store.EventType, want ...store.EventType) {
 	}
 }
 
-// A holder told to cancel that lets its lease run out must not leave the
-// job stuck: no claim can take a cancel-requested job, so the next claim on
-// its queue finishes it.
-func TestExpiredCancelRequestedLeaseEndsAtTheNextClaim(t *testing.T) {
-	t.Parallel()
-	s := open(t, filepath.Join(t.TempDir(), "cancel.db"), store.EngineOptions{})
-	j := create(t, s, "t", spec("q"), t0)
-	c := claimOne(t, s, "t", "q", t0.Add(time.Second)) // default 30s lease
-	if _, err := s.RequestCancel(t.Context(), store.RequestCancelParams{Tenant: "t", JobID: j.ID, Reason: "user asked", Now: t0.Add(2 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
-	// Before expiry nothing changes: the holder may still acknowledge.
-	got, err := s.Claim(t.Context(), store.ClaimParams{Tenant: "t", Worker: "w2", Queues: []string{"q"}, Max: 5, Now: t0.Add(10 * time.Second)})
-	if err != nil || len(got) != 0 {
-		t.Fatalf("claim before expiry: %d jobs, %v", len(got), err)
-	}
-	if job, _ := s.GetJob(t.Context(), "t", j.ID); job.State != store.JobStateLeased {
-		t.Fatalf("before expiry the job is %s, want leased", job.State)
-	}
-	after := t0.Add(time.Minute)
-	got, err = s.Claim(t.Context(), store.ClaimParams{Tenant: "t", Worker: "w2", Queues: []string{"q"}, Max: 5, Now: after})
-	if err != nil || len(got) != 0 {
-		t.Fatalf("claim after expiry: %d jobs, %v; want none (the job is cancelled, not claimable)", len(got), err)
-	}
-	job, err := s.GetJob(t.Context(), "t", j.ID)
-	if err != nil || job.State != store.JobStateCancelled || !job.FinishedAt.Equal(after) || !job.LeaseExpiresAt.IsZero() {
-		t.Fatalf("job is %+v (%v), want cancelled at %v with no lease", job, err, after)
-	}
-	wantTypes(t, eventTypes(t, s, "t", j.ID), store.EventQueued, store.EventLeased, store.EventCancelRequested, store.EventCancelled)
-	as, err := s.ListAttempts(t.Context(), "t", j.ID)
-	if err != nil || len(as) != 1 || as[0].Outcome != store.AttemptLeaseExpired || !as[0].FinishedAt.Equal(after) {
-		t.Fatalf("attempts: %+v, %v; want one lease_expired at %v", as, err, after)
-	}
-	// The late holder is fenced and cannot revive it.
-	if _, err := s.Complete(t.Context(), store.CompleteParams{Tenant: "t", Token: c.Token, Now: after}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("late complete: got %v, want ErrLeaseLost", err)
-	}
-}
-
 // A retryable failure of a cancel-requested job ends it: queued again, it
 // could never be claimed.
 func TestRetryOfACancelRequestedJobCancelsIt(t *testing.T) {
@@ -423,8 +384,11 @@ func TestClaimAcrossQueuesKeepsOrderAndLimits(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Job.ID != plenty[2] {
 		t.Fatalf("second claim: %d jobs, %v; want only %s (scarce is at its limit)", len(got), err, plenty[2])
 	}
-	// When the scarce lease expires its room comes back: the takeover of
-	// the expired lease and a new job cannot both have it.
+	// When the scarce lease expires and the reaper requeues the job (in
+	// its old place), its room comes back: still only one job at a time.
+	if _, err := s.ReapExpired(t.Context(), store.ReapParams{Now: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	got, err = s.Claim(t.Context(), store.ClaimParams{Tenant: "t", Worker: "w2", Queues: []string{"scarce"}, Max: 5, Now: t0.Add(time.Hour)})
 	if err != nil || len(got) != 1 || got[0].Job.ID != scarce[0] || got[0].Token.Generation != 2 {
 		t.Fatalf("claim after expiry: %+v, %v; want %s at generation 2 only", got, err, scarce[0])

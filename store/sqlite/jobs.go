@@ -11,6 +11,7 @@ import (
 
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -108,96 +109,155 @@ func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any)
 	return err
 }
 
-// CreateJobs implements store.Store.
+// createCall is one CreateJobs call waiting in the create committer, and
+// createAnswer its answer: the results, or the call's own refusal (an
+// idempotency conflict) that leaves the other calls of the batch alone.
+type (
+	createCall struct {
+		p      store.CreateJobsParams
+		window time.Duration
+	}
+	createAnswer struct {
+		results []store.CreateResult
+		err     error
+	}
+)
+
+// CreateJobs implements store.Store. The call joins the store's create
+// committer: concurrent calls share one write transaction (createBatch),
+// each still all-or-nothing for its own requests.
 func (s *Store) CreateJobs(ctx context.Context, p store.CreateJobsParams) ([]store.CreateResult, error) {
 	if err := store.ValidateCreate(p); err != nil {
 		return nil, err
 	}
-	window := cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)
-	var results []store.CreateResult
+	res, err := s.creates.Do(ctx, createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)})
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res[0].results, res[0].err
+}
+
+// createBatch is the create committer's flush: every call in one write
+// transaction, each in a savepoint so that a call refused for an
+// idempotency conflict leaves nothing and the others stand.
+func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAnswer, error) {
+	var out []createAnswer
 	err := s.write(ctx, "create", func(tx *writeTx) error {
-		now := s.clock(p.Now)
-		results = make([]store.CreateResult, len(p.Requests))
-		// Keys seen earlier in this batch: a repeat replays (or conflicts
-		// with) the earlier request, which is not committed yet.
-		type seen struct {
-			fingerprint string
-			index       int
-		}
-		batchKeys := make(map[string]seen)
-		policies := make(map[string]*store.QueuePolicy)
-		for i, r := range p.Requests {
-			fp := store.Fingerprint(r.Spec)
-			if r.RequestID != "" {
-				if prev, ok := batchKeys[r.RequestID]; ok {
-					if prev.fingerprint != fp {
-						return fmt.Errorf("requests[%d]: request id also used by requests[%d]: %w", i, prev.index, store.ErrIdempotencyConflict)
-					}
-					results[i] = store.CreateResult{Job: results[prev.index].Job, Replayed: true}
-					continue
-				}
-				batchKeys[r.RequestID] = seen{fingerprint: fp, index: i}
-				job, err := s.lookupIdempotent(ctx, tx, p.Tenant, r.RequestID, fp, now)
-				if err != nil {
-					return fmt.Errorf("requests[%d]: %w", i, err)
-				}
-				if job != nil {
-					results[i] = store.CreateResult{Job: job, Replayed: true}
-					continue
-				}
-			}
-			pol, ok := policies[r.Spec.Queue]
-			if !ok {
-				var err error
-				if pol, err = policyTx(ctx, tx, p.Tenant, r.Spec.Queue); err != nil {
-					return err
-				}
-				policies[r.Spec.Queue] = pol
-			}
-			j := newJob{
-				tenant:      p.Tenant,
-				id:          s.opts.NewID(),
-				queue:       r.Spec.Queue,
-				kind:        r.Spec.Kind,
-				dependency:  r.Spec.Dependency,
-				payload:     r.Spec.Payload,
-				metadata:    r.Spec.Metadata,
-				priority:    r.Spec.Priority,
-				maxAttempts: cmp.Or(r.Spec.MaxAttempts, pol.Retry.MaxAttempts),
-				createdAt:   now,
-				availableAt: now,
-			}
-			switch {
-			case r.Spec.RunAfter > 0:
-				j.availableAt = now.Add(r.Spec.RunAfter).Truncate(time.Microsecond)
-			case !r.Spec.RunAt.IsZero():
-				j.availableAt = r.Spec.RunAt.UTC().Truncate(time.Microsecond)
-			}
-			if d := pol.Retry.TotalRetryDeadline; d > 0 {
-				j.retryDeadline = now.Add(d).Truncate(time.Microsecond)
-			}
-			if err := insertNewJob(ctx, tx, j); err != nil {
-				return fmt.Errorf("requests[%d]: %w", i, err)
-			}
-			if r.RequestID != "" {
-				expires := now.Add(window).Truncate(time.Microsecond)
-				if _, err := tx.ExecContext(ctx, qInsertIdempotencyKey, p.Tenant, r.RequestID, fp, j.id, micros(expires)); err != nil {
-					return fmt.Errorf("requests[%d]: record request id: %w", i, err)
-				}
-			}
-			row, err := getJobTx(ctx, tx, p.Tenant, j.id)
-			if err != nil {
+		out = make([]createAnswer, len(calls))
+		tx.wake = nil
+		for i, c := range calls {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT create_call"); err != nil {
 				return err
 			}
-			results[i] = store.CreateResult{Job: row.job}
-			tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: j.queue})
+			wake := len(tx.wake)
+			results, err := s.createCall(ctx, tx, c)
+			if errors.Is(err, store.ErrIdempotencyConflict) {
+				if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_call"); rerr != nil {
+					return rerr
+				}
+				tx.wake = tx.wake[:wake]
+				out[i] = createAnswer{err: err}
+			} else if err != nil {
+				return err
+			} else {
+				out[i] = createAnswer{results: results}
+			}
+			if _, err := tx.ExecContext(ctx, "RELEASE create_call"); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// createCall creates one call's requests in the open transaction.
+func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]store.CreateResult, error) {
+	p, window := c.p, c.window
+	now := s.clock(p.Now)
+	results := make([]store.CreateResult, len(p.Requests))
+	// Keys seen earlier in this call: a repeat replays (or conflicts
+	// with) the earlier request, which is not committed yet.
+	type seen struct {
+		fingerprint string
+		index       int
+	}
+	batchKeys := make(map[string]seen)
+	policies := make(map[string]*store.QueuePolicy)
+	for i, r := range p.Requests {
+		fp := store.Fingerprint(r.Spec)
+		if r.RequestID != "" {
+			if prev, ok := batchKeys[r.RequestID]; ok {
+				if prev.fingerprint != fp {
+					return nil, fmt.Errorf("requests[%d]: request id also used by requests[%d]: %w", i, prev.index, store.ErrIdempotencyConflict)
+				}
+				results[i] = store.CreateResult{Job: results[prev.index].Job, Replayed: true}
+				continue
+			}
+			batchKeys[r.RequestID] = seen{fingerprint: fp, index: i}
+			job, err := s.lookupIdempotent(ctx, tx, p.Tenant, r.RequestID, fp, now)
+			if err != nil {
+				return nil, fmt.Errorf("requests[%d]: %w", i, err)
+			}
+			if job != nil {
+				results[i] = store.CreateResult{Job: job, Replayed: true}
+				continue
+			}
+		}
+		pol, ok := policies[r.Spec.Queue]
+		if !ok {
+			var err error
+			if pol, err = policyTx(ctx, tx, p.Tenant, r.Spec.Queue); err != nil {
+				return nil, err
+			}
+			policies[r.Spec.Queue] = pol
+		}
+		job, ev := store.DecideCreate(*pol, p.Tenant, s.opts.NewID(), r.Spec, now)
+		if err := insertJob(ctx, tx, job, ev); err != nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		if r.RequestID != "" {
+			expires := now.Add(window).Truncate(time.Microsecond)
+			if _, err := tx.ExecContext(ctx, qInsertIdempotencyKey, p.Tenant, r.RequestID, fp, job.ID, micros(expires)); err != nil {
+				return nil, fmt.Errorf("requests[%d]: record request id: %w", i, err)
+			}
+		}
+		results[i] = store.CreateResult{Job: job}
+		tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: job.Queue})
+	}
 	return results, nil
+}
+
+// insertJob inserts a QUEUED job as store.DecideCreate made it, with its
+// QUEUED event (sequence 1). A duplicate id fails the statement, and with
+// it the caller's transaction.
+func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent) error {
+	md, err := encodeMetadata(j.Metadata)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
+		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
+		j.ReplayOf, j.Dependency)
+	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("insert job: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, qBumpEventSeq, j.Tenant, j.ID); err != nil {
+		return fmt.Errorf("append queued event: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, qInsertEvent, j.Tenant, j.ID, int64(1), string(ev.Type), micros(j.CreatedAt), ev.Data); err != nil {
+		return fmt.Errorf("append queued event: %w", err)
+	}
+	return nil
 }
 
 // lookupIdempotent resolves a request id against its stored record: the

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,15 +13,6 @@ import (
 )
 
 // Claim implements store.Store.
-//
-// It runs in one write transaction: first the expired leases of the queues
-// that no claim may take over are ended (endExpiredLeases: cancel-requested
-// jobs as CANCELLED, jobs whose budget is spent as DEAD); then qClaim leases
-// jobs in claim order. A queue with a concurrency limit gets at most its
-// remaining room: the claim statement is repeated with a LIMIT no larger than
-// the smallest room among the queues still open, so the global order
-// (priority desc, available_at, id) across queues is kept and no limit is
-// exceeded. In the usual case (no limits) that is one statement.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
 	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
@@ -30,140 +20,112 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 	if err := store.ValidateClaim(p); err != nil {
 		return nil, err
 	}
+	return s.ClaimMany(ctx, p.Many())
+}
+
+// ClaimMany implements store.Store in one write transaction: per open
+// queue (not paused, with room under its concurrency limit, policies from
+// the cache) qClaimCandidates lists its next jobs in claim order; the
+// lists are merged, cut to the jobs the waiters asked for, and each job is
+// leased to the waiter of its slot (store.ClaimSlots) with its LEASED
+// event. As the single writer, nothing can take a candidate between the
+// read and the update.
+func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store.ClaimedJob, error) {
+	if err := store.ValidateClaimMany(p); err != nil {
+		return nil, err
+	}
 	queues := slices.Compact(slices.Sorted(slices.Values(p.Queues)))
+	refs := make([]store.QueueRef, len(queues))
+	for i, q := range queues {
+		refs[i] = store.QueueRef{Tenant: p.Tenant, Queue: q}
+	}
+	policies, err := s.policies.Get(ctx, refs)
+	if err != nil {
+		return nil, s.interpret(ctx, "claim", err)
+	}
+	slots := store.ClaimSlots(p.Waiters)
 	var claimed []store.ClaimedJob
-	err := s.write(ctx, "claim", func(tx *writeTx) error {
+	err = s.write(ctx, "claim", func(tx *writeTx) error {
 		claimed = nil
 		now := s.clock(p.Now)
-		allJSON, _ := json.Marshal(queues)
-		if err := endExpiredLeases(ctx, tx, p.Tenant, string(allJSON), now); err != nil {
-			return err
+		type candidate struct {
+			id, queue   string
+			priority    int32
+			availableAt int64
 		}
-
-		// Per queue: skip paused ones, note the lease duration and the
-		// room left under a concurrency limit (-1: unlimited).
-		leases := make(map[string]int64)
-		room := make(map[string]int)
-		var open []string
-		for _, q := range queues {
-			pol, err := policyTx(ctx, tx, p.Tenant, q)
-			if err != nil {
-				return err
-			}
+		var all []candidate
+		for _, ref := range refs {
+			pol := policies[ref]
 			if pol.Paused {
 				continue
 			}
-			leases[q] = cmp.Or(p.LeaseDuration, pol.DefaultLeaseDuration).Microseconds()
-			room[q] = -1
+			room := len(slots)
 			if pol.ConcurrencyLimit > 0 {
 				var active int
-				if err := tx.QueryRowContext(ctx, qActiveLeases, p.Tenant, q, micros(now)).Scan(&active); err != nil {
-					return fmt.Errorf("count leases of %q: %w", q, err)
+				if err := tx.QueryRowContext(ctx, qActiveLeases, p.Tenant, ref.Queue, micros(now)).Scan(&active); err != nil {
+					return fmt.Errorf("count leases of %q: %w", ref.Queue, err)
 				}
-				room[q] = max(int(pol.ConcurrencyLimit)-active, 0)
-				if room[q] == 0 {
-					continue
-				}
+				room = min(room, int(pol.ConcurrencyLimit)-active)
 			}
-			open = append(open, q)
-		}
-		leasesJSON, _ := json.Marshal(leases)
-
-		type picked struct {
-			id, queue  string
-			generation int64
-			attempts   int32
-			expires    int64
-		}
-		var all []picked
-		remaining := p.Max
-		for remaining > 0 && len(open) > 0 {
-			limit := remaining
-			for _, q := range open {
-				if room[q] >= 0 {
-					limit = min(limit, room[q])
-				}
+			if room <= 0 {
+				continue
 			}
-			query, queuesArg := qClaim, ""
-			if len(open) == 1 {
-				query, queuesArg = qClaimOneQueue, open[0]
-			} else {
-				b, _ := json.Marshal(open)
-				queuesArg = string(b)
-			}
-			rows, err := tx.QueryContext(ctx, query, p.Tenant, micros(now), queuesArg, limit, p.Worker, string(leasesJSON))
+			rows, err := tx.QueryContext(ctx, qClaimCandidates, p.Tenant, ref.Queue, micros(now), room)
 			if err != nil {
-				return fmt.Errorf("claim: %w", err)
+				return fmt.Errorf("claim from %q: %w", ref.Queue, err)
 			}
-			n := 0
 			for rows.Next() {
-				var pk picked
-				if err := rows.Scan(&pk.id, &pk.queue, &pk.generation, &pk.attempts, &pk.expires); err != nil {
+				c := candidate{queue: ref.Queue}
+				if err := rows.Scan(&c.id, &c.priority, &c.availableAt); err != nil {
 					rows.Close()
-					return fmt.Errorf("claim: %w", err)
+					return fmt.Errorf("claim from %q: %w", ref.Queue, err)
 				}
-				all = append(all, pk)
-				n++
-				if room[pk.queue] > 0 {
-					room[pk.queue]--
-				}
+				all = append(all, c)
 			}
 			if err := rows.Close(); err != nil {
-				return fmt.Errorf("claim: %w", err)
+				return err
 			}
 			if err := rows.Err(); err != nil {
-				return fmt.Errorf("claim: %w", err)
+				return err
 			}
-			remaining -= n
-			if n < limit {
-				break // every open queue is out of claimable jobs
-			}
-			open = slices.DeleteFunc(open, func(q string) bool { return room[q] == 0 })
 		}
-
-		for _, pk := range all {
-			var prevWorker string
-			err := tx.QueryRowContext(ctx, qExpireAttempt, p.Tenant, pk.id, pk.generation-1, micros(now)).Scan(&prevWorker)
-			switch {
-			case err == nil:
-				// A takeover: the previous holder's lease had expired.
-				data := eventData("worker_id", prevWorker, "lease_generation", pk.generation-1)
-				if _, err := appendEvent(ctx, tx, p.Tenant, pk.id, store.EventLeaseExpired, now, data); err != nil {
+		slices.SortFunc(all, func(a, b candidate) int {
+			return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.availableAt, b.availableAt), cmp.Compare(a.id, b.id))
+		})
+		all = all[:min(len(all), len(slots))]
+		for k, c := range all {
+			w := p.Waiters[slots[k]]
+			lease := policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration)
+			expires := now.Add(lease)
+			var (
+				gen      int64
+				attempts int32
+				seq      int64
+			)
+			if err := tx.QueryRowContext(ctx, qLeaseJob, p.Tenant, c.id, w.Worker, micros(now), micros(expires)).
+				Scan(&gen, &attempts, &seq); err != nil {
+				return fmt.Errorf("lease %q: %w", c.id, err)
+			}
+			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires)
+			if _, err := tx.ExecContext(ctx, qInsertEvent, p.Tenant, c.id, seq, string(store.EventLeased), micros(now), data); err != nil {
+				return fmt.Errorf("append leased event: %w", err)
+			}
+			row, err := getJobTx(ctx, tx, p.Tenant, c.id)
+			if err != nil {
+				return err
+			}
+			var effects []store.Effect
+			if gen > 1 { // a first lease has no ledger yet
+				if effects, err = listEffectsTx(ctx, tx, p.Tenant, c.id); err != nil {
 					return err
 				}
-			case !errors.Is(err, sql.ErrNoRows):
-				return fmt.Errorf("close expired attempt: %w", err)
-			}
-			expires := fromMicros(pk.expires)
-			data := eventData("worker_id", p.Worker, "lease_generation", pk.generation, "attempt", pk.attempts, "lease_expires_at", expires)
-			if _, err := appendEvent(ctx, tx, p.Tenant, pk.id, store.EventLeased, now, data); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, qInsertAttempt, p.Tenant, pk.id, pk.attempts, pk.generation, p.Worker, micros(now)); err != nil {
-				return fmt.Errorf("record attempt: %w", err)
-			}
-			row, err := getJobTx(ctx, tx, p.Tenant, pk.id)
-			if err != nil {
-				return err
-			}
-			effects, err := listEffectsTx(ctx, tx, p.Tenant, pk.id)
-			if err != nil {
-				return err
 			}
 			claimed = append(claimed, store.ClaimedJob{
 				Job:     row.job,
-				Token:   store.LeaseToken{JobID: pk.id, Generation: pk.generation, WorkerID: p.Worker},
+				Token:   store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker},
 				Effects: effects,
 			})
 		}
-		// RETURNING order is unspecified; callers get claim order.
-		slices.SortFunc(claimed, func(a, b store.ClaimedJob) int {
-			return cmp.Or(
-				cmp.Compare(b.Job.Priority, a.Job.Priority),
-				a.Job.AvailableAt.Compare(b.Job.AvailableAt),
-				cmp.Compare(a.Job.ID, b.Job.ID),
-			)
-		})
 		return nil
 	})
 	if err != nil {
@@ -172,122 +134,35 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 	return claimed, nil
 }
 
-// endExpiredLeases ends the expired leases of the queues (a JSON array) that
-// no claim may take over, in the claim's transaction:
-//
-//   - a job whose holder was asked to cancel and let the lease expire
-//     without acknowledging becomes CANCELLED (one cancelled event);
-//   - a job whose holder let the lease expire with no report while its
-//     budget is spent becomes DEAD: lease_expired, then run_failed with
-//     store.ErrorCodeLeaseExpired, then dead, its last error set. This is
-//     what ends a poison pill whose worker crashes every time: it never
-//     reports, so only the claim can notice the budget is gone.
-//
-// Either way the expired attempt is closed as lease_expired. The claim
-// statement skips both kinds as well.
-func endExpiredLeases(ctx context.Context, tx *writeTx, tenant, queuesJSON string, now time.Time) error {
-	rows, err := tx.QueryContext(ctx, qCancelExpiredRequested, tenant, micros(now), queuesJSON)
+// ReapExpired implements store.Store: store.Reap in one write transaction.
+func (s *Store) ReapExpired(ctx context.Context, p store.ReapParams) (store.ReapResult, error) {
+	if p.Limit < 0 {
+		return store.ReapResult{}, store.Invalid("limit", "must not be negative")
+	}
+	var out store.ReapResult
+	err := s.write(ctx, "reap", func(tx *writeTx) error {
+		var err error
+		out, err = store.Reap(ctx, reportTx{tx: tx, s: s}, p)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("cancel expired leases: %w", err)
+		return store.ReapResult{}, err
 	}
-	type victim struct {
-		id, owner, reason string
-		generation        int64
-		attempts          int32
-	}
-	var cancelled []victim
-	for rows.Next() {
-		var v victim
-		if err := rows.Scan(&v.id, &v.generation, &v.owner, &v.reason, &v.attempts); err != nil {
-			rows.Close()
-			return fmt.Errorf("cancel expired leases: %w", err)
-		}
-		cancelled = append(cancelled, v)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, v := range cancelled {
-		if err := finishAttemptTx(ctx, tx, tenant, v.id, v.generation, store.AttemptLeaseExpired, now, nil); err != nil {
-			return err
-		}
-		data := eventData("reason", v.reason, "worker_id", v.owner, "lease_generation", v.generation, "lease_expired", true)
-		if _, err := appendEvent(ctx, tx, tenant, v.id, store.EventCancelled, now, data); err != nil {
-			return err
-		}
-	}
-
-	expired := store.JobError{Code: store.ErrorCodeLeaseExpired, Message: store.ErrorMessageLeaseExpired, Retryable: true}
-	rows, err = tx.QueryContext(ctx, qDeadLetterExpired, tenant, micros(now), queuesJSON, expired.Code, expired.Message)
-	if err != nil {
-		return fmt.Errorf("dead-letter expired leases: %w", err)
-	}
-	type spent struct {
-		id, owner             string
-		generation            int64
-		attempts, maxAttempts int32
-	}
-	var dead []spent
-	for rows.Next() {
-		var v spent
-		if err := rows.Scan(&v.id, &v.generation, &v.owner, &v.attempts, &v.maxAttempts); err != nil {
-			rows.Close()
-			return fmt.Errorf("dead-letter expired leases: %w", err)
-		}
-		dead = append(dead, v)
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, v := range dead {
-		if err := finishAttemptTx(ctx, tx, tenant, v.id, v.generation, store.AttemptLeaseExpired, now, nil); err != nil {
-			return err
-		}
-		events := []struct {
-			typ  store.EventType
-			data string
-		}{
-			{store.EventLeaseExpired, eventData("worker_id", v.owner, "lease_generation", v.generation)},
-			{store.EventRunFailed, eventData("worker_id", v.owner, "lease_generation", v.generation, "attempt", v.attempts,
-				"error_code", expired.Code, "error_message", expired.Message, "retryable", expired.Retryable)},
-			{store.EventDead, deadData(v.attempts, v.maxAttempts)},
-		}
-		for _, ev := range events {
-			if _, err := appendEvent(ctx, tx, tenant, v.id, ev.typ, now, ev.data); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return out, nil
 }
 
-// deadData is the data of a dead event: with attempts left, it was the
-// retry deadline that ended the job.
-func deadData(attempts, maxAttempts int32) string {
-	reason := "attempts exhausted"
-	if attempts < maxAttempts {
-		reason = "retry deadline exceeded"
-	}
-	return eventData("reason", reason, "attempts", attempts, "max_attempts", maxAttempts)
-}
-
-// finishAttemptTx closes the running attempt row of a generation.
-func finishAttemptTx(ctx context.Context, tx *writeTx, tenant, jobID string, generation int64, outcome store.AttemptOutcome, now time.Time, jerr *store.JobError) error {
+// recordAttempt writes the row of an attempt that ended.
+func recordAttempt(ctx context.Context, tx *writeTx, l store.Leave) error {
 	var code, message sql.NullString
 	var retryable sql.NullBool
-	if jerr != nil {
-		code = sql.NullString{String: jerr.Code, Valid: true}
-		message = sql.NullString{String: jerr.Message, Valid: true}
-		retryable = sql.NullBool{Bool: jerr.Retryable, Valid: true}
+	if e := l.Transition.AttemptError; e != nil {
+		code = sql.NullString{String: e.Code, Valid: true}
+		message = sql.NullString{String: e.Message, Valid: true}
+		retryable = sql.NullBool{Bool: e.Retryable, Valid: true}
 	}
-	if _, err := tx.ExecContext(ctx, qCloseAttempt, tenant, jobID, generation, string(outcome), micros(now), code, message, retryable); err != nil {
-		return fmt.Errorf("close attempt: %w", err)
+	if _, err := tx.ExecContext(ctx, qInsertAttempt, l.Tenant, l.Token.JobID, l.Attempt, l.Token.Generation,
+		l.Token.WorkerID, micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable); err != nil {
+		return fmt.Errorf("record attempt: %w", err)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ SELECT j.tenant, j.id, j.queue, j.kind, j.payload, j.metadata, j.priority, j.sta
        j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
        j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
        j.last_error_code, j.last_error_message, j.last_error_retryable, j.result,
-       j.replay_of, j.replayed_as, j.abandoned, j.dependency,
+       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at,
        c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at`
 
 const jobSelectFrom = `
@@ -75,11 +75,15 @@ ORDER BY seq
 LIMIT ?4`
 
 // qListAttempts reads a job's attempt history, oldest first.
+// The running attempt, while the job is leased, is read from the job row.
 const qListAttempts = `
 SELECT job_id, attempt, generation, worker_id, claimed_at, finished_at, outcome,
        error_code, error_message, error_retryable
 FROM job_attempts
 WHERE tenant = ?1 AND job_id = ?2
+UNION ALL
+SELECT id, attempts, lease_generation, lease_owner, leased_at, NULL, 'running', NULL, NULL, NULL
+FROM jobs WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
 ORDER BY generation`
 
 // qGetAttempt reads the attempt row of one lease generation.
@@ -105,111 +109,45 @@ VALUES (?1, 'create_job', ?2, ?3, ?4, ?5)`
 // qActiveLeases counts a queue's unexpired leases, for its concurrency
 // limit.
 const qActiveLeases = `
-SELECT count(*) FROM jobs
-WHERE tenant = ?1 AND queue = ?2 AND state = 'leased' AND lease_expires_at > ?3`
+SELECT count(*) FROM jobs INDEXED BY jobs_leased_idx
+WHERE state = 'leased' AND lease_expires_at > ?3 AND tenant = ?1 AND queue = ?2`
 
-// qCancelExpiredRequested terminalises jobs whose holder was asked to
-// cancel and let the lease expire without acknowledging: they are never
-// claimable again, so the claim that finds them finishes them as CANCELLED.
-// ?3 is a JSON array of queues.
-const qCancelExpiredRequested = `
-UPDATE jobs INDEXED BY jobs_cancel_requested_idx
-SET state = 'cancelled', finished_at = ?2, lease_expires_at = NULL
-WHERE tenant = ?1
-  AND queue IN (SELECT value FROM json_each(?3))
-  AND state = 'leased' AND cancel_requested = 1 AND lease_expires_at <= ?2
-RETURNING id, lease_generation, lease_owner, cancel_reason, attempts`
+// qClaimCandidates lists up to ?4 claimable jobs of one queue in claim
+// order, walking jobs_claim_idx: its predicate is repeated verbatim, which
+// SQLite requires before it uses a partial index, and INDEXED BY turns a
+// plan without it into an error rather than a slow claim.
+const qClaimCandidates = `
+SELECT id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx
+WHERE tenant = ?1 AND queue = ?2
+  AND state = 'queued' AND cancel_requested = 0
+  AND available_at <= ?3
+ORDER BY priority DESC, available_at, id
+LIMIT ?4`
 
-// qDeadLetterExpired ends, as DEAD, the jobs of the queues (?3, a JSON
-// array) whose lease expired with no report while their budget is spent
-// (attempts >= max_attempts, or the retry deadline passed): a worker that
-// crashes on a job every time never reports, so no Retry would ever end it
-// and it would be claimed forever. ?4/?5 are the last error's code and
-// message. Cancel-requested jobs are qCancelExpiredRequested's. The leases
-// are walked by expiry like the claim's takeover branch.
-const qDeadLetterExpired = `
-UPDATE jobs INDEXED BY jobs_leased_idx
-SET state = 'dead', finished_at = ?2, lease_expires_at = NULL,
-    last_error_code = ?4, last_error_message = ?5, last_error_retryable = 1
-WHERE tenant = ?1
-  AND queue IN (SELECT value FROM json_each(?3))
-  AND state = 'leased' AND lease_expires_at <= ?2 AND cancel_requested = 0
-  AND (attempts >= max_attempts OR retry_deadline < ?2)
-RETURNING id, lease_generation, lease_owner, attempts, max_attempts`
-
-// qClaim leases up to ?4 claimable jobs of the queues in ?3 (a JSON array)
-// to worker ?5, in claim order, in one statement: the selection and the
-// state change cannot be separated. ?6 is a JSON object queue → lease
-// duration in microseconds.
-//
-// Candidates come from two indexes, each walked only over claimable rows:
-// QUEUED jobs from jobs_claim_idx (in claim order, so for one queue the walk
-// stops after LIMIT rows) and expired leases from jobs_leased_idx (a range
-// up to now; a lease whose budget is spent is never taken over, see
-// qDeadLetterExpired). Walking one index over both states would step over every
-// live lease of the queue on each claim. Each branch repeats its partial
-// index's predicate verbatim, which SQLite requires before it uses a partial
-// index, and INDEXED BY turns a plan without the index into an error rather
-// than a slow claim. Across several queues the QUEUED candidates are merged
-// with a sort bounded by the LIMIT; qClaimOneQueue avoids even that.
-const qClaim = claimHead + `
-        WHERE tenant = ?1 AND queue IN (SELECT value FROM json_each(?3))` + claimQueued + `
-        WHERE tenant = ?1 AND queue IN (SELECT value FROM json_each(?3))` + claimTail
-
-// qClaimOneQueue is qClaim for a single queue (?3 is its name).
-const qClaimOneQueue = claimHead + `
-        WHERE tenant = ?1 AND queue = ?3` + claimQueued + `
-        WHERE tenant = ?1 AND queue = ?3` + claimTail
-
-const claimHead = `
+// qLeaseJob leases one claimed job to ?3 until ?5 (leased at ?4), and
+// reserves the sequence of its LEASED event.
+const qLeaseJob = `
 UPDATE jobs
-SET state = 'leased',
-    lease_owner = ?5,
-    lease_generation = lease_generation + 1,
-    attempts = attempts + 1,
-    lease_expires_at = ?2 + (SELECT value FROM json_each(?6) WHERE key = jobs.queue)
-WHERE (tenant, id) IN (
-    SELECT tenant, id FROM (
-      SELECT * FROM (
-        SELECT tenant, id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx`
+SET state = 'leased', lease_owner = ?3, lease_generation = lease_generation + 1,
+    attempts = attempts + 1, leased_at = ?4, lease_expires_at = ?5, last_event_seq = last_event_seq + 1
+WHERE tenant = ?1 AND id = ?2 AND state = 'queued'
+RETURNING lease_generation, attempts, last_event_seq`
 
-const claimQueued = `
-          AND state = 'queued' AND cancel_requested = 0
-          AND available_at <= ?2
-        ORDER BY priority DESC, available_at, id
-        LIMIT ?4)
-      UNION ALL
-      SELECT * FROM (
-        SELECT tenant, id, priority, available_at FROM jobs INDEXED BY jobs_leased_idx`
+// qLockExpired reads up to ?2 leases that expired at ?1, across tenants,
+// earliest first (the single writer needs no row locks).
+const qLockExpired = jobSelectColumns + `, j.cancel_reason, j.last_event_seq` + jobSelectFrom + `
+WHERE j.state = 'leased' AND j.lease_expires_at <= ?1
+ORDER BY j.lease_expires_at
+LIMIT ?2`
 
-const claimTail = `
-          AND state = 'leased'
-          AND lease_expires_at <= ?2 AND cancel_requested = 0
-          AND attempts < max_attempts AND (retry_deadline IS NULL OR retry_deadline >= ?2)
-        ORDER BY priority DESC, available_at, id
-        LIMIT ?4))
-    ORDER BY priority DESC, available_at, id
-    LIMIT ?4)
-RETURNING id, queue, lease_generation, attempts, lease_expires_at`
+// qNextExpiry is the earliest expiry among held leases.
+const qNextExpiry = `SELECT min(lease_expires_at) FROM jobs INDEXED BY jobs_leased_idx WHERE state = 'leased'`
 
-// qExpireAttempt closes the attempt of the previous generation when a claim
-// takes over its expired lease. It matches only a running attempt, so it
-// tells the caller whether the claim was a takeover.
-const qExpireAttempt = `
-UPDATE job_attempts SET outcome = 'lease_expired', finished_at = ?4
-WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3 AND outcome = 'running'
-RETURNING worker_id`
-
-// qInsertAttempt records a new claim.
+// qInsertAttempt records an ended attempt.
 const qInsertAttempt = `
-INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, outcome)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running')`
-
-// qCloseAttempt closes the running attempt of a generation.
-const qCloseAttempt = `
-UPDATE job_attempts
-SET outcome = ?4, finished_at = ?5, error_code = ?6, error_message = ?7, error_retryable = ?8
-WHERE tenant = ?1 AND job_id = ?2 AND generation = ?3 AND outcome = 'running'`
+INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
+    outcome, error_code, error_message, error_retryable)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)`
 
 // leaseHeld is the lease compare-and-set predicate shared by every
 // lease-bound statement: ?1 tenant, ?2 job, ?3 worker, ?4 generation, ?5 now.
@@ -237,6 +175,20 @@ SET state = ?6, available_at = coalesce(?7, available_at), finished_at = ?8, lea
     last_error_message = CASE WHEN ?11 THEN ?13 ELSE last_error_message END,
     last_error_retryable = CASE WHEN ?11 THEN ?14 ELSE last_error_retryable END,
     last_event_seq = last_event_seq + ?15` + leaseHeld
+
+// qLeaveExpired is qLeaveLease for a lease that expired at ?5 (the
+// reaper's).
+const qLeaveExpired = `
+UPDATE jobs
+SET state = ?6, available_at = coalesce(?7, available_at), finished_at = ?8, lease_expires_at = NULL,
+    attempts = attempts - ?9,
+    result = CASE WHEN ?6 = 'succeeded' THEN ?10 ELSE result END,
+    last_error_code = CASE WHEN ?11 THEN ?12 ELSE last_error_code END,
+    last_error_message = CASE WHEN ?11 THEN ?13 ELSE last_error_message END,
+    last_error_retryable = CASE WHEN ?11 THEN ?14 ELSE last_error_retryable END,
+    last_event_seq = last_event_seq + ?15
+WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
+  AND lease_owner = ?3 AND lease_generation = ?4 AND lease_expires_at <= ?5`
 
 // qRenewLease extends the token's current lease to ?6.
 const qRenewLease = `UPDATE jobs SET lease_expires_at = ?6` + leaseHeld
@@ -330,7 +282,7 @@ WHERE tenant = ?1 AND id = ?2 AND state = 'dead' AND replayed_as = '' AND abando
 // policyColumns are the columns scanPolicy reads.
 const policyColumns = `queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier, jitter_fraction,
        retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
-       default_lease_duration_ns, concurrency_limit, paused`
+       default_lease_duration_ns, concurrency_limit, paused, max_lease_duration_ns`
 
 // qGetPolicy reads a stored policy.
 const qGetPolicy = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = ?1 AND queue = ?2`
@@ -339,12 +291,12 @@ const qGetPolicy = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenan
 const qListPolicies = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = ?1`
 
 // qUpsertPolicy stores a policy, keeping the paused flag of an existing
-// row (?13 is used only for a new row).
+// row (?14 is used only for a new row).
 const qUpsertPolicy = `
 INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier,
     jitter_fraction, retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
-    default_lease_duration_ns, concurrency_limit, paused, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+    default_lease_duration_ns, concurrency_limit, max_lease_duration_ns, paused, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
 ON CONFLICT (tenant, queue) DO UPDATE SET
     max_attempts = excluded.max_attempts,
     initial_delay_ns = excluded.initial_delay_ns,
@@ -356,16 +308,17 @@ ON CONFLICT (tenant, queue) DO UPDATE SET
     total_retry_deadline_ns = excluded.total_retry_deadline_ns,
     default_lease_duration_ns = excluded.default_lease_duration_ns,
     concurrency_limit = excluded.concurrency_limit,
+    max_lease_duration_ns = excluded.max_lease_duration_ns,
     updated_at = excluded.updated_at
 RETURNING ` + policyColumns
 
 // qSetPaused sets the paused flag, creating the row from defaults
-// (?3-?12) when the queue has none.
+// (?3-?13) when the queue has none.
 const qSetPaused = `
 INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier,
     jitter_fraction, retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
-    default_lease_duration_ns, concurrency_limit, paused, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+    default_lease_duration_ns, concurrency_limit, max_lease_duration_ns, paused, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
 ON CONFLICT (tenant, queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
 RETURNING ` + policyColumns
 
@@ -412,8 +365,8 @@ DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
 var statements = []string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
-	qActiveLeases, qCancelExpiredRequested, qDeadLetterExpired, qClaim, qClaimOneQueue,
-	qExpireAttempt, qInsertAttempt, qCloseAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
+	qActiveLeases, qClaimCandidates, qLeaseJob, qLockExpired, qNextExpiry, qLeaveExpired,
+	qInsertAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
 	qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs,

@@ -20,7 +20,7 @@ func validateQueue(tenant, queue string) error {
 	return nil
 }
 
-// policyArgs are the ?3-?12 parameters of qUpsertPolicy and
+// policyArgs are the ?3-?13 parameters of qUpsertPolicy and
 // qSetPaused.
 func policyArgs(p store.QueuePolicy) ([]any, error) {
 	retryable, err := json.Marshal(nonNilCodes(p.Retry.RetryableErrorCodes))
@@ -34,7 +34,7 @@ func policyArgs(p store.QueuePolicy) ([]any, error) {
 	return []any{
 		p.Retry.MaxAttempts, int64(p.Retry.InitialDelay), int64(p.Retry.MaxDelay), p.Retry.Multiplier,
 		p.Retry.JitterFraction, string(retryable), string(nonRetryable), int64(p.Retry.TotalRetryDeadline),
-		int64(p.DefaultLeaseDuration), p.ConcurrencyLimit,
+		int64(p.DefaultLeaseDuration), p.ConcurrencyLimit, int64(p.MaxLeaseDuration),
 	}, nil
 }
 
@@ -83,6 +83,7 @@ func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy sto
 		out = stored
 		return nil
 	})
+	s.policies.Invalidate(store.QueueRef{Tenant: tenant, Queue: p.Queue})
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +114,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, tenant, queue string, paused
 		}
 		return nil
 	})
+	s.policies.Invalidate(store.QueueRef{Tenant: tenant, Queue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -226,4 +228,21 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSum
 		return 0
 	})
 	return out, nil
+}
+
+// loadPolicyRefs reads the effective policies of (tenant, queue) pairs:
+// the store's PolicyCache loader.
+func (s *Store) loadPolicyRefs(ctx context.Context, queues []store.QueueRef) (map[store.QueueRef]store.QueuePolicy, error) {
+	out := make(map[store.QueueRef]store.QueuePolicy, len(queues))
+	err := s.read(ctx, "load policies", func(tx *preparedTx) error {
+		for _, q := range queues {
+			p, err := policyTx(ctx, tx, q.Tenant, q.Queue)
+			if err != nil {
+				return err
+			}
+			out[q] = *p
+		}
+		return nil
+	})
+	return out, err
 }

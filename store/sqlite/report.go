@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/store"
@@ -66,17 +67,46 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 	return out, nil
 }
 
-// QueuePolicies implements store.ReportTx.
+// QueuePolicies implements store.ReportTx from the store's policy cache.
+// (A miss reads through the read pool, which WAL lets run beside the open
+// write transaction.)
 func (r reportTx) QueuePolicies(ctx context.Context, queues []store.QueueRef) (map[store.QueueRef]store.QueuePolicy, error) {
-	out := make(map[store.QueueRef]store.QueuePolicy, len(queues))
-	for _, q := range queues {
-		p, err := policyTx(ctx, r.tx, q.Tenant, q.Queue)
-		if err != nil {
-			return nil, err
-		}
-		out[q] = *p
+	if len(queues) == 0 {
+		return map[store.QueueRef]store.QueuePolicy{}, nil
 	}
-	return out, nil
+	return r.s.policies.Get(ctx, queues)
+}
+
+// LockExpired implements store.ReapTx.
+func (r reportTx) LockExpired(ctx context.Context, now time.Time, limit int) ([]store.Held, error) {
+	at := r.s.clock(now)
+	rows, err := r.tx.QueryContext(ctx, qLockExpired, micros(at), limit)
+	if err != nil {
+		return nil, fmt.Errorf("read expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Held
+	for rows.Next() {
+		var (
+			reason string
+			seq    int64
+		)
+		row, err := scanJob(rows, &reason, &seq)
+		if err != nil {
+			return nil, fmt.Errorf("read expired leases: %w", err)
+		}
+		out = append(out, store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: at})
+	}
+	return out, rows.Err()
+}
+
+// NextExpiry implements store.ReapTx.
+func (r reportTx) NextExpiry(ctx context.Context) (time.Time, error) {
+	var t sql.NullInt64
+	if err := r.tx.QueryRowContext(ctx, qNextExpiry).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("next expiry: %w", err)
+	}
+	return fromNullMicros(t), nil
 }
 
 // Inspect implements store.ReportTx.
@@ -139,7 +169,11 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		if t.State == store.JobStateSucceeded {
 			result = t.Result
 		}
-		res, err := r.tx.ExecContext(ctx, qLeaveLease, append(leaseArgs(l.Tenant, l.Token, l.Now), string(t.State),
+		query := qLeaveLease
+		if l.Expired {
+			query = qLeaveExpired
+		}
+		res, err := r.tx.ExecContext(ctx, query, append(leaseArgs(l.Tenant, l.Token, l.Now), string(t.State),
 			nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events))...)
 		if err != nil {
 			return fmt.Errorf("apply %s to %q: %w", t.State, l.Token.JobID, err)
@@ -154,7 +188,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 				return fmt.Errorf("append %s event: %w", e.Type, err)
 			}
 		}
-		if err := finishAttemptTx(ctx, r.tx, l.Tenant, l.Token.JobID, l.Token.Generation, t.Outcome, l.Now, t.AttemptError); err != nil {
+		if err := recordAttempt(ctx, r.tx, l); err != nil {
 			return err
 		}
 	}

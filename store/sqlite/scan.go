@@ -90,6 +90,7 @@ func scanJob(r rowScanner, extra ...any) (*jobRow, error) {
 		j                                store.Job
 		metadata, state                  string
 		leaseExpires, finished, deadline sql.NullInt64
+		leasedAt                         sql.NullInt64
 		createdAt, availableAt           int64
 		errCode, errMessage              sql.NullString
 		errRetryable                     sql.NullBool
@@ -104,7 +105,7 @@ func scanJob(r rowScanner, extra ...any) (*jobRow, error) {
 		&j.Attempts, &j.MaxAttempts, &j.LeaseOwner, &j.LeaseGeneration, &leaseExpires,
 		&cancelRequested, &createdAt, &availableAt, &finished, &deadline,
 		&errCode, &errMessage, &errRetryable, &result,
-		&j.ReplayOf, &replayedAs, &abandoned, &j.Dependency,
+		&j.ReplayOf, &replayedAs, &abandoned, &j.Dependency, &leasedAt,
 		&cpID, &cpPhase, &cpState, &cpGeneration, &cpParent, &cpCreated}
 	err := r.Scan(append(dest, extra...)...)
 	if err != nil {
@@ -119,6 +120,7 @@ func scanJob(r rowScanner, extra ...any) (*jobRow, error) {
 	j.Result = emptyNil(result)
 	j.State = store.JobState(state)
 	j.LeaseExpiresAt = fromNullMicros(leaseExpires)
+	j.LeasedAt = fromNullMicros(leasedAt)
 	j.CancelRequested = cancelRequested
 	j.CreatedAt = fromMicros(createdAt)
 	j.AvailableAt = fromMicros(availableAt)
@@ -197,19 +199,20 @@ func scanEffect(r rowScanner) (*store.Effect, error) {
 
 func scanPolicy(r rowScanner) (*store.QueuePolicy, error) {
 	var (
-		p                                  store.QueuePolicy
-		initial, maxDelay, deadline, lease int64
-		retryable, nonRetryable            string
+		p                                            store.QueuePolicy
+		initial, maxDelay, deadline, lease, maxLease int64
+		retryable, nonRetryable                      string
 	)
 	if err := r.Scan(&p.Queue, &p.Retry.MaxAttempts, &initial, &maxDelay, &p.Retry.Multiplier,
 		&p.Retry.JitterFraction, &retryable, &nonRetryable, &deadline, &lease,
-		&p.ConcurrencyLimit, &p.Paused); err != nil {
+		&p.ConcurrencyLimit, &p.Paused, &maxLease); err != nil {
 		return nil, err
 	}
 	p.Retry.InitialDelay = time.Duration(initial)
 	p.Retry.MaxDelay = time.Duration(maxDelay)
 	p.Retry.TotalRetryDeadline = time.Duration(deadline)
 	p.DefaultLeaseDuration = time.Duration(lease)
+	p.MaxLeaseDuration = time.Duration(maxLease)
 	if err := json.Unmarshal([]byte(retryable), &p.Retry.RetryableErrorCodes); err != nil {
 		return nil, fmt.Errorf("decode stored policy: %w", err)
 	}

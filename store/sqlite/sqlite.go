@@ -96,6 +96,11 @@ type Store struct {
 	// reports is the group committer: every report of every caller joins
 	// a batch that applyReports applies in one write transaction.
 	reports *groupcommit.Committer[store.Report, store.ReportResult]
+	// creates is the create committer: concurrent CreateJobs calls share
+	// a write transaction (createBatch).
+	creates *groupcommit.Committer[createCall, createAnswer]
+	// policies caches queue policies for claims, renewals and retries.
+	policies *store.PolicyCache
 
 	// db is the write pool: exactly one connection, every transaction BEGIN
 	// IMMEDIATE. Never use it for a read outside a write transaction, and
@@ -205,8 +210,12 @@ func open(ctx context.Context, cfg Config, wait lockWait) (_ *Store, err error) 
 	if s.rstmts, err = prepare(ctx, s.rdb); err != nil {
 		return nil, fmt.Errorf("prepare statements: %w", interpretError(err))
 	}
+	s.policies = &store.PolicyCache{Load: s.loadPolicyRefs}
+	s.creates = groupcommit.New(groupcommit.Config[createCall, createAnswer]{
+		Flush: s.createBatch, MaxBatch: 32, MaxPending: 1_000, Queued: s.opts.QueuedHook("create"),
+	})
 	s.reports = groupcommit.New(groupcommit.Config[store.Report, store.ReportResult]{
-		Flush: s.applyReports, Queued: s.opts.ReportsQueued,
+		Flush: s.applyReports, Queued: s.opts.QueuedHook("report"),
 	})
 	s.Reporter = store.Reporter{Submit: s.submitReports}
 	return s, nil
@@ -307,7 +316,9 @@ func (s *Store) Now(context.Context) (time.Time, error) {
 // more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		// Reports already submitted are applied before the pools close.
+		// Creates and reports already submitted are applied before the
+		// pools close.
+		s.creates.Close()
 		s.reports.Close()
 		s.notifier.close()
 		s.closeErr = s.closePools()

@@ -20,6 +20,7 @@ func batchTests() group {
 		{"a failed commit fails every report of the batch and applies none", testBatchFailedCommit},
 		{"concurrent callers share commits while a flush is in flight", testBatchSharesCommits},
 		{"a client cancel racing a batch of completions has one winner per job", testBatchCancelRacesComplete},
+		{"concurrent creates share a commit and a conflict fails only its own call", testCreatesShareCommits},
 	}}
 }
 
@@ -260,7 +261,7 @@ func testBatchSharesCommits(t *testing.T, h Harness) {
 	// The first report's commit waits at the gate; meanwhile n more
 	// callers report, and must all go in the next commit.
 	gate := e.f.gateCommits("report")
-	queued := e.f.whenQueued(n)
+	queued := e.f.whenQueued("report", n)
 	first := make(chan error, 1)
 	go func() {
 		_, err := e.s.Complete(e.ctx, store.CompleteParams{Tenant: tenantA, Token: c[0].Token, Now: now})
@@ -392,5 +393,64 @@ func (g *gateFor) pass(op string) {
 	if first {
 		close(g.g.in)
 		<-g.g.out
+	}
+}
+
+// createAsync runs one CreateJobs call on its own goroutine.
+func (e *env) createAsync(p store.CreateJobsParams) <-chan createOutcome {
+	ch := make(chan createOutcome, 1)
+	go func() {
+		res, err := e.s.CreateJobs(e.ctx, p)
+		ch <- createOutcome{res, err}
+	}()
+	return ch
+}
+
+type createOutcome struct {
+	res []store.CreateResult
+	err error
+}
+
+func testCreatesShareCommits(t *testing.T, h Harness) {
+	e := setup(t, h)
+	// A live record that the conflicting call below reuses.
+	e.createIn(e.s, tenantA, spec("creates"), "taken", base)
+	other := spec("creates")
+	other.Kind = "other.kind"
+
+	gate := e.f.gateCommits("create")
+	held := e.createAsync(store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{{Spec: spec("creates")}}, Now: base})
+	gate.entered()
+	queued := e.f.whenQueued("create", 4)
+	commits := e.f.commits.Load()
+	fresh := e.createAsync(store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{{Spec: spec("creates"), RequestID: "k1"}}, Now: base})
+	conflict := e.createAsync(store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{
+		{Spec: spec("creates"), RequestID: "mine"}, {Spec: other, RequestID: "taken"}}, Now: base})
+	twoA := e.createAsync(store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{{Spec: spec("creates"), RequestID: "same"}}, Now: base})
+	twoB := e.createAsync(store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{{Spec: spec("creates"), RequestID: "same"}}, Now: base})
+	<-queued
+	gate.release()
+	if got := <-held; got.err != nil {
+		t.Fatal(got.err)
+	}
+	f, c, a, b := <-fresh, <-conflict, <-twoA, <-twoB
+	if f.err != nil || len(f.res) != 1 || f.res[0].Replayed {
+		t.Errorf("a fresh create in a shared batch: %+v, %v", f.res, f.err)
+	}
+	wantErr(t, c.err, store.ErrIdempotencyConflict, "the call reusing a live request id with another request")
+	if a.err != nil || b.err != nil || a.res[0].Job.ID != b.res[0].Job.ID || a.res[0].Replayed == b.res[0].Replayed {
+		t.Errorf("two calls with one request id in a batch: %+v (%v) and %+v (%v); want one job, one of them replayed", a.res, a.err, b.res, b.err)
+	}
+	if n := e.f.commits.Load() - commits; n != 1 {
+		t.Errorf("four calls queued behind a held create took %d commits, want 1", n)
+	}
+	// The refused call left nothing: its other request id is free.
+	res, err := e.s.CreateJobs(e.ctx, store.CreateJobsParams{Tenant: tenantA, Requests: []store.CreateRequest{{Spec: other, RequestID: "mine"}}, Now: at(time.Second)})
+	if err != nil || res[0].Replayed {
+		t.Errorf("reusing the refused call's request id with another request: %+v, %v; want a new job", res, err)
+	}
+	jobs := e.allJobs(store.ListJobsParams{Tenant: tenantA, Queue: "creates", Limit: 100})
+	if len(jobs) != 5 {
+		t.Errorf("%d jobs, want 5 (taken, held, k1, same, mine)", len(jobs))
 	}
 }

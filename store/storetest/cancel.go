@@ -19,7 +19,7 @@ func cancelTests() group {
 		{"cancel by the holder racing complete has exactly one winner", testRaceHolderCancelComplete},
 		{"a client cancel racing complete leaves exactly one terminal event", testRaceRequestCancelComplete},
 		{"a client cancel of a queued job racing a claim has exactly one winner", testRaceRequestCancelClaim},
-		{"the next claim ends a cancel-requested job whose lease expired unacknowledged", testCancelRequestedLeaseExpires},
+		{"the reaper ends a cancel-requested job whose lease expired unacknowledged", testCancelRequestedLeaseExpires},
 		{"a retryable failure of a cancel-requested job ends it cancelled, not queued", testRetryCancelRequested},
 	}}
 }
@@ -301,12 +301,16 @@ func testCancelRequestedLeaseExpires(t *testing.T, h Harness) {
 		t.Fatalf("before the lease expired the job is %s (cancel requested %v, generation %d), want leased", got.State, got.CancelRequested, got.LeaseGeneration)
 	}
 
-	// The holder never acknowledged: the claim at expiry ends the job.
+	// The holder never acknowledged: the reaper at expiry ends the job,
+	// and nothing can claim it.
+	if r := e.reap(at(31 * time.Second)); len(r.Jobs) != 1 || len(r.Requeued) != 0 {
+		t.Fatalf("reap at expiry: %+v, want the one job ended, no queue woken", r)
+	}
 	e.claimNothing(tenantA, "default", at(31*time.Second), "a cancel-requested job is never claimed")
 	got := e.get(tenantA, j.ID)
 	if got.State != store.JobStateCancelled || !got.CancelRequested || !got.LeaseExpiresAt.IsZero() ||
 		got.LeaseGeneration != 1 || got.LeaseOwner != workerA || got.Attempts != 1 {
-		t.Fatalf("after the claim the job is %s (cancel requested %v, lease expiry %v, generation %d, owner %q, attempts %d); want cancelled, generation 1 of %s, 1 attempt",
+		t.Fatalf("after the reaper the job is %s (cancel requested %v, lease expiry %v, generation %d, owner %q, attempts %d); want cancelled, generation 1 of %s, 1 attempt",
 			got.State, got.CancelRequested, got.LeaseExpiresAt, got.LeaseGeneration, got.LeaseOwner, got.Attempts, workerA)
 	}
 	wantTime(t, "finished_at", got.FinishedAt, at(31*time.Second))
@@ -325,7 +329,7 @@ func testCancelRequestedLeaseExpires(t *testing.T, h Harness) {
 	wantAllLost(t, "A after its cancel-requested lease expired", e.leaseBoundCalls(e.s, tenantA, a.Token, at(32*time.Second)))
 	e.claimNothing(tenantA, "default", at(time.Hour), "the job was cancelled")
 	_, err := e.requestCancel(e.s, tenantA, j.ID, at(time.Hour))
-	wantErr(t, err, store.ErrAlreadyFinal, "cancel after the claim ended the job")
+	wantErr(t, err, store.ErrAlreadyFinal, "cancel after the reaper ended the job")
 	if after := e.events(tenantA, j.ID); len(after) != len(evs) {
 		t.Fatalf("calls after the job ended added events: %v", eventTypes(after))
 	}

@@ -45,7 +45,9 @@ func testCheckpointReachesNextGeneration(t *testing.T, h Harness) {
 		t.Fatalf("GetJob's checkpoint %+v, want %s", got, cp2.ID)
 	}
 
-	// A's lease expires; B's claim carries A's latest checkpoint.
+	// A's lease expires; the reaper requeues the job and B's claim
+	// carries A's latest checkpoint.
+	e.reap(at(time.Minute))
 	b := e.mustClaim(tenantA, workerB, "default", j.ID, at(time.Minute))
 	got := b.Job.Checkpoint
 	if got == nil || got.ID != cp2.ID || got.Phase != "parsed" || string(got.State) != `{"page":2}` || got.LeaseGeneration != 1 || got.ParentID != cp1.ID {
@@ -73,6 +75,7 @@ func testCheckpointStale(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.reap(at(time.Minute))
 	b := e.mustClaim(tenantA, workerB, "default", j.ID, at(time.Minute))
 	before := e.events(tenantA, j.ID)
 	_, err = e.s.SaveCheckpoint(e.ctx, store.SaveCheckpointParams{Tenant: tenantA, Token: a.Token, Phase: "late", State: []byte("stale"), Now: at(time.Minute + time.Second)})

@@ -19,9 +19,9 @@ func deadLetterTests() group {
 		{"abandon and replay exclude each other", testAbandonReplayExclusive},
 		{"dead-letter operations refuse a job that is not dead", testDeadLetterNotDead},
 		{"listing dead jobs pages newest first and hides abandoned ones unless asked", testListDeadJobs},
-		{"a job whose leases keep expiring ends DEAD at the claim after its last attempt", testCrashLoopDeadLetters},
-		{"a claim that dead-letters an expired lease still fills its request with other jobs", testClaimFillsPastDeadLetters},
-		{"a lease that expires past the retry deadline ends the job DEAD at the next claim", testCrashLoopRetryDeadline},
+		{"a job whose leases keep expiring ends DEAD when its last lease expires", testCrashLoopDeadLetters},
+		{"the reaper dead-letters spent expired leases and requeues the others for the next claim", testClaimFillsPastDeadLetters},
+		{"a lease that expires past the retry deadline ends the job DEAD", testCrashLoopRetryDeadline},
 	}}
 }
 
@@ -317,16 +317,17 @@ func (e *env) listDead(tenant, queue string) []string {
 }
 
 // testCrashLoopDeadLetters is the poison pill: a job whose worker crashes
-// every time never reports, so no Retry ever spends its budget. The claim
-// that finds its last lease expired must dead-letter it instead of leasing
-// it again, or it would be claimed forever.
+// every time never reports, so no Retry ever spends its budget. The reaper
+// that finds its last lease expired must dead-letter it instead of
+// queueing it again, or it would be claimed forever.
 func testCrashLoopDeadLetters(t *testing.T, h Harness) {
 	e := setup(t, h)
 	sp := spec("poison")
 	sp.MaxAttempts = 2
 	j := e.mustCreate(tenantA, sp, base)
-	a := e.mustClaim(tenantA, workerA, "poison", j.ID, at(time.Second))    // expires at 31s
-	b := e.mustClaim(tenantA, workerB, "poison", j.ID, at(40*time.Second)) // takeover, expires at 70s
+	a := e.mustClaim(tenantA, workerA, "poison", j.ID, at(time.Second)) // expires at 31s
+	e.reap(at(40 * time.Second))
+	b := e.mustClaim(tenantA, workerB, "poison", j.ID, at(40*time.Second)) // expires at 70s
 	if b.Token.Generation != 2 || b.Job.Attempts != 2 {
 		t.Fatalf("the takeover with budget left: generation %d, attempts %d; want 2, 2", b.Token.Generation, b.Job.Attempts)
 	}
@@ -341,7 +342,10 @@ func testCrashLoopDeadLetters(t *testing.T, h Harness) {
 		t.Fatalf("before tenant A's next claim the job is %s at generation %d, want leased at 2", got.State, got.LeaseGeneration)
 	}
 
-	// Both attempts are spent: the claim at the second expiry ends the job.
+	// Both attempts are spent: the reaper at the second expiry ends the job.
+	if r := e.reap(at(70 * time.Second)); len(r.Jobs) != 1 || r.Jobs[0].State != store.JobStateDead || len(r.Requeued) != 0 {
+		t.Fatalf("reap at the second expiry: %+v, want the job dead", r)
+	}
 	if got := e.claim(tenantA, workerC, "poison", 10, lease, at(70*time.Second)); len(got) != 0 {
 		t.Fatalf("a job with attempts 2 of 2 and an expired lease was claimed again: generation %d, attempts %d", got[0].Token.Generation, got[0].Job.Attempts)
 	}
@@ -393,8 +397,13 @@ func testClaimFillsPastDeadLetters(t *testing.T, h Harness) {
 	e.mustClaim(tenantA, workerA, "side", sj.ID, at(time.Second))
 	other := e.mustCreate(tenantA, spec("mixed"), at(2*time.Second))
 
-	// At 40s every lease has expired. The poison jobs (budget spent) take no
-	// slot: the two slots go to the healthy takeover and the queued job.
+	// At 40s every lease has expired. The reaper ends the poison jobs
+	// (budget spent) and requeues the healthy one; the claim's two slots go
+	// to it and to the queued job.
+	r := e.reap(at(40 * time.Second))
+	if len(r.Jobs) != 3 || !slices.Equal(r.Requeued, []store.QueueRef{{Tenant: tenantA, Queue: "mixed"}}) {
+		t.Fatalf("reap at 40s: %d jobs, requeued %v; want 3 jobs and mixed requeued", len(r.Jobs), r.Requeued)
+	}
 	got, err := e.s.Claim(e.ctx, store.ClaimParams{
 		Tenant: tenantA, Worker: workerB, Queues: []string{"mixed", "side"}, Max: 2, LeaseDuration: lease, Now: at(40 * time.Second),
 	})
@@ -406,10 +415,10 @@ func testClaimFillsPastDeadLetters(t *testing.T, h Harness) {
 		ids[i] = c.Job.ID
 	}
 	if want := []string{hj.ID, other.ID}; !slices.Equal(ids, want) {
-		t.Fatalf("claim returned %v, want the healthy takeover then the queued job %v (poison jobs %s, %s)", ids, want, p.ID, sj.ID)
+		t.Fatalf("claim returned %v, want the requeued healthy job then the queued job %v (poison jobs %s, %s)", ids, want, p.ID, sj.ID)
 	}
 	if got[0].Token.Generation != 2 || got[0].Job.Attempts != 2 {
-		t.Errorf("healthy takeover: generation %d, attempts %d; want 2, 2", got[0].Token.Generation, got[0].Job.Attempts)
+		t.Errorf("healthy job's second lease: generation %d, attempts %d; want 2, 2", got[0].Token.Generation, got[0].Job.Attempts)
 	}
 	wantEvents(t, e.events(tenantA, hj.ID), store.EventQueued, store.EventLeased, store.EventLeaseExpired, store.EventLeased)
 	for _, id := range []string{p.ID, sj.ID} {
@@ -429,12 +438,14 @@ func testCrashLoopRetryDeadline(t *testing.T, h Harness) {
 	e.mustClaim(tenantA, workerA, "q", j.ID, at(time.Second)) // expires at 31s
 	// An attempt may still start at the deadline itself, as after a Retry
 	// (the next run must not be after it).
+	e.reap(at(time.Minute))
 	b := e.mustClaim(tenantA, workerB, "q", j.ID, at(time.Minute)) // expires at 90s
 	if b.Token.Generation != 2 {
 		t.Fatalf("the takeover at the deadline: generation %d, want 2", b.Token.Generation)
 	}
 	// Its lease expires past the deadline: the job ends with 98 attempts
 	// unspent.
+	e.reap(at(90 * time.Second))
 	e.claimNothing(tenantA, "q", at(90*time.Second), "the retry deadline has passed")
 	e.wantLeaseExpiredDead(j.ID, workerB, 2, 2, 100, "retry deadline exceeded", at(90*time.Second))
 	if ids := e.listDead(tenantA, "q"); !slices.Equal(ids, []string{j.ID}) {

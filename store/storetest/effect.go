@@ -61,6 +61,7 @@ func testEffectsAcrossGenerations(t *testing.T, h Harness) {
 	e.record(a.Token, "refund", store.EffectFailed, "", `{"error":"declined"}`, at(3*time.Second))
 	// "email" stays reserved: A crashed mid-call.
 
+	e.reap(at(time.Minute))
 	b := e.mustClaim(tenantA, workerB, "default", j.ID, at(time.Minute))
 	byKey := map[string]store.Effect{}
 	for _, eff := range b.Effects {

@@ -57,18 +57,19 @@ type faults struct {
 	rnd atomic.Uint64
 	// gate, when set, holds one commit at BeforeCommit (gateCommits).
 	gate atomic.Pointer[gateFor]
-	// onQueued, when set, is told how many reports wait in the committer
+	// onQueued, when set, is told how many calls wait in a committer
 	// (whenQueued).
-	onQueued atomic.Pointer[func(int)]
+	onQueued atomic.Pointer[func(string, int)]
 }
 
-// whenQueued returns a channel closed once at least n reports wait in the
-// store's committer: a barrier for tests that hold a flush.
-func (f *faults) whenQueued(n int) <-chan struct{} {
+// whenQueued returns a channel closed once at least n items wait in the
+// store's committer ("report" or "create"): a barrier for tests that hold
+// a flush.
+func (f *faults) whenQueued(committer string, n int) <-chan struct{} {
 	ch := make(chan struct{})
 	var once sync.Once
-	fn := func(queued int) {
-		if queued >= n {
+	fn := func(c string, queued int) {
+		if c == committer && queued >= n {
 			once.Do(func() { close(ch) })
 		}
 	}
@@ -104,9 +105,9 @@ func (f *faults) options() store.EngineOptions {
 			}
 			return store.NewID()
 		},
-		ReportsQueued: func(n int) {
+		Queued: func(committer string, n int) {
 			if fn := f.onQueued.Load(); fn != nil {
-				(*fn)(n)
+				(*fn)(committer, n)
 			}
 		},
 		BeforeCommit: func(op string) error {
@@ -510,4 +511,15 @@ func wantData(t *testing.T, ev store.Event, want map[string]any) {
 			t.Errorf("event %d (%s): data[%q] = %#v, want %#v (data %s)", ev.Sequence, ev.Type, k, got[k], v, ev.Data)
 		}
 	}
+}
+
+// reap ends the leases that expired at now, as the coordinator's reaper
+// does, and returns what it did.
+func (e *env) reap(now time.Time) store.ReapResult {
+	e.t.Helper()
+	res, err := e.s.ReapExpired(e.ctx, store.ReapParams{Now: now})
+	if err != nil {
+		e.t.Fatalf("reap expired leases at %s: %v", now.Format(time.RFC3339), err)
+	}
+	return res
 }

@@ -69,6 +69,11 @@ func testExpiredLeaseRecovered(t *testing.T, h Harness) {
 		t.Fatalf("A's refused reports changed the job: generation %d, result %q", got.LeaseGeneration, got.Result)
 	}
 
+	// Expiry is the recovery: the reaper requeues the job, and the next
+	// claim bumps the generation.
+	if r := e.reap(at(40 * time.Second)); len(r.Jobs) != 1 || r.Jobs[0].State != store.JobStateQueued {
+		t.Fatalf("reap after expiry: %+v, want the job queued again", r)
+	}
 	b := e.mustClaim(tenantA, workerB, "default", j.ID, at(41*time.Second))
 	if b.Token.Generation != 2 || b.Job.Attempts != 2 || b.Job.LeaseOwner != workerB {
 		t.Fatalf("B's claim: generation %d, attempts %d, owner %q; want 2, 2, %s", b.Token.Generation, b.Job.Attempts, b.Job.LeaseOwner, workerB)
@@ -177,6 +182,7 @@ func testRenew(t *testing.T, h Harness) {
 	if err != nil || res[0].Status != store.RenewLost {
 		t.Fatalf("renew exactly at expiry: %+v, %v; want lost", res, err)
 	}
+	e.reap(at(time.Second + lease))
 	e.mustClaim(tenantA, workerB, "edge", j2.ID, at(time.Second+lease))
 }
 
