@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -209,5 +210,60 @@ func TestWatchJobStreamsLiveEventsAndEndsAfterTheTerminalOne(t *testing.T) {
 		}
 		_, err = missing.Recv()
 		wantReason(t, err, codes.NotFound, coordinator.ReasonJobNotFound)
+	})
+}
+
+func isReport(m *leaseholdv1.ConnectResponse) bool { return m.GetReportResult() != nil }
+
+// Reports on the Connect stream are answered one by one, each as the
+// unary call would have been: OK with the state, LEASE_LOST for a stale
+// generation, INVALID_ARGUMENT for another worker's token (and the stream
+// stays up), the same answer again for a repeated report.
+func TestStreamReportsAreAnsweredLikeTheUnaryCalls(t *testing.T) {
+	engines(t, func(t *testing.T, pg bool) {
+		_, c := setup(t, pg, nil)
+		ctx := ctxT(t)
+		version, err := c.workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
+		if err != nil || !slices.Contains(version.GetCapabilities(), "stream_reports") {
+			t.Fatalf("GetVersion = %v, %v; want the stream_reports capability", version, err)
+		}
+		st := connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: "reporter", Queues: []string{"rep"}, Capacity: 4})
+		st.credit(2)
+		for _, k := range []string{"a", "b"} {
+			if _, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("rep", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := st.next(isLease).GetLease().GetToken()
+		b := st.next(isLease).GetLease().GetToken()
+
+		complete := func(tok *leaseholdv1.LeaseToken) *leaseholdv1.ReportResult {
+			t.Helper()
+			st.send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Complete{Complete: &leaseholdv1.CompleteRequest{Token: tok, Result: []byte("r")}}})
+			return st.next(isReport).GetReportResult()
+		}
+		stale := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration() + 1, WorkerId: "reporter"}
+		if r := complete(stale); codes.Code(r.GetCode()) != codes.FailedPrecondition || r.GetReason() != coordinator.ReasonLeaseLost {
+			t.Fatalf("stale generation: %v; want FAILED_PRECONDITION/LEASE_LOST", r)
+		}
+		foreign := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration(), WorkerId: "someone-else"}
+		if r := complete(foreign); codes.Code(r.GetCode()) != codes.InvalidArgument || r.GetKind() != leaseholdv1.ReportKind_REPORT_KIND_COMPLETE {
+			t.Fatalf("another worker's token: %v; want INVALID_ARGUMENT", r)
+		}
+		if r := complete(a); r.GetCode() != 0 || r.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || r.GetToken().GetJobId() != a.GetJobId() {
+			t.Fatalf("complete: %v; want OK, SUCCEEDED", r)
+		}
+		if r := complete(a); r.GetCode() != 0 || r.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("repeated complete: %v; want the same answer", r)
+		}
+		st.send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Release{Release: &leaseholdv1.ReleaseRequest{Token: b}}})
+		if r := st.next(isReport).GetReportResult(); r.GetCode() != 0 || r.GetState() != leaseholdv1.JobState_JOB_STATE_QUEUED ||
+			r.GetKind() != leaseholdv1.ReportKind_REPORT_KIND_RELEASE {
+			t.Fatalf("release: %v; want OK, QUEUED", r)
+		}
+		job, err := c.jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: a.GetJobId()})
+		if err != nil || job.GetJob().GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || string(job.GetJob().GetResult()) != "r" {
+			t.Fatalf("completed job = %v, %v", job, err)
+		}
 	})
 }

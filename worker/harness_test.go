@@ -12,7 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -196,16 +198,23 @@ func (rw *runningWorker) stop() error {
 // calls, so tests can assert what was (not) published.
 type recordingConn struct {
 	grpc.ClientConnInterface
-	mu    sync.Mutex
-	calls []recordedCall
+	// legacy makes GetVersion answer UNIMPLEMENTED, as an older
+	// coordinator without stream reports would.
+	legacy atomic.Bool
+	mu     sync.Mutex
+	calls  []recordedCall
 }
 
 type recordedCall struct {
 	method string
 	req    proto.Message
+	stream bool // sent on the Connect stream rather than as a unary call
 }
 
 func (c *recordingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if method == leaseholdv1.WorkerService_GetVersion_FullMethodName && c.legacy.Load() {
+		return status.Error(codes.Unimplemented, "unknown method GetVersion")
+	}
 	if m, ok := args.(proto.Message); ok {
 		c.mu.Lock()
 		c.calls = append(c.calls, recordedCall{method: method, req: proto.Clone(m)})
@@ -245,11 +254,25 @@ func (s *recordingStream) SendMsg(m any) error {
 		}
 		if req != nil {
 			s.c.mu.Lock()
-			s.c.calls = append(s.c.calls, recordedCall{method: "/leasehold.v1.WorkerService/" + method, req: proto.Clone(req)})
+			s.c.calls = append(s.c.calls, recordedCall{method: "/leasehold.v1.WorkerService/" + method, req: proto.Clone(req), stream: true})
 			s.c.mu.Unlock()
 		}
 	}
 	return s.ClientStream.SendMsg(m)
+}
+
+// sentOnStream counts the recorded calls to method that went on the
+// Connect stream (stream true) or as unary calls (stream false).
+func (c *recordingConn) sentOnStream(method string, stream bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, call := range c.calls {
+		if call.method == "/leasehold.v1.WorkerService/"+method && call.stream == stream {
+			n++
+		}
+	}
+	return n
 }
 
 // tokensSent returns the lease tokens of every recorded call to method

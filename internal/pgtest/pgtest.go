@@ -85,3 +85,44 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// Database creates a database of its own, drops it when the test ends,
+// and returns its URL. Tests that read database-wide statistics (commit
+// counts in pg_stat_database) use it, so that other tests running at the
+// same time do not count.
+func Database(t testing.TB) string {
+	t.Helper()
+	base := BaseURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("PostgreSQL is required for this test and could not be reached at %s (set %s): %v", redact(base), EnvURL, err)
+	}
+	defer conn.Close(ctx)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "lh_test_db_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", EnvURL, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}

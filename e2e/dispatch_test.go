@@ -1,0 +1,310 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasehold/leasehold/coordinator"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// Two stream workers (the Go SDK) and two unary long-poll workers of equal
+// capacity share one queue: every one of them gets its share, within
+// ±20% of the mean. (Before one claim per round, the unary workers took
+// 98% of the jobs.)
+func TestStreamAndUnaryWorkersShareFairly(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, true, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	const (
+		jobs     = 3000
+		capacity = 8
+		work     = 4 * time.Millisecond // the same handler cost for everyone
+	)
+	var reqs []*leaseholdv1.CreateJobRequest
+	for i := range jobs {
+		reqs = append(reqs, &leaseholdv1.CreateJobRequest{Job: spec("fair", fmt.Sprint(i))})
+	}
+	for i := 0; i < jobs; i += 1000 {
+		if _, err := c.jobs.BatchCreateJobs(ctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs[i : i+1000]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		counts [4]atomic.Int64
+		total  atomic.Int64
+		done   = make(chan struct{})
+		once   sync.Once
+	)
+	finish := func(i int) {
+		counts[i].Add(1)
+		if total.Add(1) == jobs {
+			once.Do(func() { close(done) })
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		w, err := worker.New(srv.Dial(t), worker.Config{
+			WorkerID: fmt.Sprintf("stream-%d", i), Queues: []string{"fair"}, Capacity: capacity,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.HandleAny(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			time.Sleep(work)
+			finish(i)
+			return nil, nil
+		})
+		wg.Go(func() { _ = w.Run(runCtx) })
+	}
+	for i := 2; i < 4; i++ {
+		wc := newClients(srv.Dial(t))
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				claim, err := wc.workers.Claim(runCtx, &leaseholdv1.ClaimRequest{
+					WorkerId: fmt.Sprintf("unary-%d", i), Queues: []string{"fair"}, MaxJobs: capacity, Wait: durationpb.New(time.Second),
+				})
+				if err != nil {
+					continue
+				}
+				var jobsWG sync.WaitGroup
+				for _, lj := range claim.GetJobs() {
+					jobsWG.Go(func() {
+						time.Sleep(work)
+						if _, err := wc.workers.Complete(runCtx, &leaseholdv1.CompleteRequest{Token: lj.GetToken()}); err == nil {
+							finish(i)
+						}
+					})
+				}
+				jobsWG.Wait()
+			}
+		})
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d jobs finished", total.Load(), jobs)
+	}
+	stop()
+	wg.Wait()
+	mean := float64(jobs) / 4
+	for i := range counts {
+		n := float64(counts[i].Load())
+		t.Logf("worker %d finished %.0f jobs (mean %.0f)", i, n, mean)
+		if n < 0.8*mean || n > 1.2*mean {
+			t.Errorf("worker %d finished %.0f jobs, outside ±20%% of the mean %.0f", i, n, mean)
+		}
+	}
+}
+
+// A stream that asks for everything and never reads is held to its
+// capacity, and the other workers keep getting work meanwhile.
+func TestAStreamThatNeverReadsHoldsAtMostItsCapacity(t *testing.T) {
+	t.Parallel()
+	srv, c := setup(t, true, nil)
+	ctx := ctxT(t)
+	const (
+		jobs     = 400
+		capacity = 20
+	)
+	var reqs []*leaseholdv1.CreateJobRequest
+	for i := range jobs {
+		reqs = append(reqs, &leaseholdv1.CreateJobRequest{Job: spec("hoard", fmt.Sprint(i))})
+	}
+	if _, err := c.jobs.BatchCreateJobs(ctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs}); err != nil {
+		t.Fatal(err)
+	}
+	// The hoarder: an hour's lease asked for, ten thousand credits granted
+	// many times over, and nothing ever read, not even the Welcome.
+	hoarder, err := c.workers.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: capacity, LeaseDuration: durationpb.New(time.Hour)}
+	if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Credit{Credit: &leaseholdv1.CreditGrant{Credits: 10_000}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A well-behaved worker drains the rest.
+	good := newClients(srv.Dial(t))
+	finished := 0
+	for finished < jobs-capacity {
+		claim, err := good.workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "good", Queues: []string{"hoard"}, MaxJobs: 100, Wait: durationpb.New(2 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claim.GetJobs()) == 0 {
+			break
+		}
+		for _, lj := range claim.GetJobs() {
+			if _, err := good.workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: lj.GetToken()}); err != nil {
+				t.Fatal(err)
+			}
+			finished++
+		}
+	}
+	page, err := c.jobs.ListJobs(ctx, &leaseholdv1.ListJobsRequest{Queue: "hoard", States: []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_LEASED}, PageSize: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hoarded := 0
+	for _, j := range page.GetJobs() {
+		if j.GetLease().GetOwner() == "hoarder" {
+			hoarded++
+			// The queue's maximum lease (10 minutes by default), not the
+			// hour asked for.
+			if d := j.GetLease().GetExpiresAt().AsTime().Sub(time.Now()); d > 11*time.Minute {
+				t.Errorf("the hoarder's lease runs %s, more than the queue's maximum", d)
+			}
+		}
+	}
+	if hoarded > capacity {
+		t.Fatalf("the stream that never reads holds %d leases, more than its capacity %d", hoarded, capacity)
+	}
+	if finished != jobs-hoarded {
+		t.Fatalf("the other worker finished %d jobs, want %d (all but the hoarded %d)", finished, jobs-hoarded, hoarded)
+	}
+}
+
+// 500 idle streams on an empty queue cost a bounded number of commits:
+// one claim per poll for all of them, not one per stream.
+func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
+	t.Parallel()
+	// A database of its own: its commit counter counts this coordinator
+	// alone.
+	srv := testserver.Start(t, testserver.Options{DatabaseURL: pgtest.Database(t),
+		Configure: func(cfg *coordinator.Config) {
+			// serve's polling, not the fast one of the other tests.
+			cfg.PollInterval, cfg.PollMaxInterval = coordinator.PollIntervalDefault, coordinator.PollMaxIntervalDefault
+			cfg.MaxConcurrentStreams = 1000
+		}})
+	ctx := ctxT(t)
+	c := newClients(srv.Dial(t))
+	const streams = 500
+	for i := range streams {
+		st := connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: fmt.Sprintf("idle-%d", i), Queues: []string{"idle"}, Capacity: 1})
+		st.credit(1)
+	}
+	db, err := pgx.Connect(ctx, srv.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	commits := func() int64 {
+		t.Helper()
+		var n int64
+		if _, err := db.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Let the first rounds (every new stream is claimed for once) pass.
+	time.Sleep(2 * time.Second)
+	before := commits()
+	const window = 10 * time.Second
+	time.Sleep(window)
+	after := commits()
+	// Less the two statements of this test's own reading.
+	perSecond := float64(after-before-2) / window.Seconds()
+	t.Logf("%d idle streams: %.1f commits/s", streams, perSecond)
+	if perSecond >= 5 {
+		t.Fatalf("%d idle streams cost %.1f commits/s", streams, perSecond)
+	}
+}
+
+// A claim in flight when the coordinator starts draining finishes, but its
+// lease is never pushed on the draining stream: it is released at once,
+// its attempt not spent.
+func TestNoLeaseIsPushedOnADrainingStream(t *testing.T) {
+	t.Parallel()
+	var (
+		armed   atomic.Bool
+		entered = make(chan struct{})
+		release = make(chan struct{})
+	)
+	srv := testserver.Start(t, testserver.Options{Postgres: true, Configure: func(cfg *coordinator.Config) {
+		cfg.KeepStoreOpen = true // read the job after the shutdown
+	}, EngineOptions: store.EngineOptions{
+		BeforeCommit: func(op string) error {
+			if op == "claim" && armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+			}
+			return nil
+		},
+	}})
+	t.Cleanup(func() { srv.Store.Close() })
+	c := newClients(srv.Dial(t))
+	ctx := ctxT(t)
+	st := connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: "drained", Queues: []string{"drain"}, Capacity: 1})
+	created, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("drain", "x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	st.credit(1) // the round's claim waits at the gate
+	<-entered
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- srv.Coordinator.Shutdown(context.Background()) }()
+	st.next(func(m *leaseholdv1.ConnectResponse) bool { return m.GetDrain() != nil })
+	close(release) // the claim commits and tries to deliver to the draining stream
+	// The stream stays open (the drain grace runs) until the claimed job
+	// is back in its queue.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		job, err := srv.Store.GetJob(ctx, coordinator.TenantDefault, created.GetJob().GetId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.LeaseGeneration == 1 && job.State == store.JobStateQueued {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim for the draining stream never came back: %s at generation %d", job.State, job.LeaseGeneration)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The worker winds down: it sends nothing more and reads to the end.
+	if err := st.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for m := range st.msgs {
+		if m.GetLease() != nil {
+			t.Fatalf("a lease was pushed on a draining stream: %v", m.GetLease())
+		}
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatal(err)
+	}
+	job, err := srv.Store.GetJob(context.Background(), coordinator.TenantDefault, created.GetJob().GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.State != store.JobStateQueued || job.Attempts != 0 || job.LeaseGeneration != 1 {
+		t.Fatalf("the job claimed for the draining stream is %s with %d attempts at generation %d; want queued again, attempt refunded",
+			job.State, job.Attempts, job.LeaseGeneration)
+	}
+}
