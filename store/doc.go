@@ -2,7 +2,10 @@
 // token, event, attempt, checkpoint, effect, dead job, queue policy), the
 // Store interface the coordinator runs on, the sentinel errors it answers
 // with, the bounds every engine enforces, and the pure decisions both engines
-// share (ValidateSpec and friends, Fingerprint, NextRetryDelay, DecideRetry).
+// share (ValidateSpec and friends, Fingerprint, NextRetryDelay, DecideRetry,
+// and the transitions: DecideCreate, DecideComplete, DecideFailure,
+// DecideCancelByHolder, DecideRelease, DecideExpiry, AnswerUnheld). Engines
+// run SQL; they decide nothing.
 //
 // Two engines implement Store: store/postgres for production (several
 // coordinators on one database) and store/sqlite for the embedded, single
@@ -23,28 +26,45 @@
 //	jobs              one row per job: spec (queue, kind, payload,
 //	                  metadata, priority, dependency), public state,
 //	                  attempts and max_attempts, the lease
-//	                  (lease_owner, lease_generation, lease_expires_at),
+//	                  (lease_owner, lease_generation, lease_expires_at,
+//	                  leased_at),
 //	                  cancel_requested, available_at, finished_at,
 //	                  retry_deadline, last error, result, dead-letter
 //	                  links (replay_of, replayed_as, abandoned) and
 //	                  last_event_seq, the newest event's sequence
 //	job_events        (tenant, job_id, seq): the job's history, gapless
 //	                  from 1
-//	job_attempts      (tenant, job_id, generation): one row per claim with
-//	                  worker, claimed/finished times, outcome and error
+//	job_attempts      (tenant, job_id, generation): one row per ended
+//	                  attempt with worker, claimed/finished times,
+//	                  outcome and error; the running attempt is read
+//	                  from the job row
 //	job_checkpoints   progress saved under a lease, with parent_id lineage;
 //	                  the newest CheckpointHistoryLimit per job are kept
 //	job_effects       (tenant, job_id, effect_key): the effect ledger
 //	idempotency_keys  (tenant, operation, key) → fingerprint, job_id,
 //	                  expires_at
-//	queue_policies    (tenant, queue) → retry policy, default lease,
-//	                  concurrency limit, paused
+//	queue_policies    (tenant, queue) → retry policy, default and maximum
+//	                  lease, concurrency limit, paused
 //
 // Rows that hang off a job (events, attempts, checkpoints, effects,
-// idempotency records) are deleted with it, so retention never leaves
-// orphans. The claim index covers only queued rows, ordered like a claim
-// (priority desc, available_at, id), so a claim stays O(log n) however many
-// jobs are queued or finished.
+// idempotency records) are written only in the transaction that holds the
+// job, and retention deletes them with it, so it never leaves orphans. The
+// claim index covers only queued rows, ordered like a claim (priority
+// desc, available_at, id), so a claim stays O(log n) however many jobs are
+// queued or finished; the leased index orders leases by expiry for the
+// reaper.
+//
+// # Batches
+//
+// Writes are batched by group committers (internal/groupcommit) inside
+// each engine: every lease-bound report (Renew, Complete, Retry,
+// CancelByHolder, Release — Reporter implements them once) and every
+// CreateJobs call joins the next transaction, which is flushed at once
+// when the store is idle and gathers while a flush is in flight.
+// ApplyReports judges a batch's reports in order, as if each ran alone,
+// each behind its own fence, and gives each its own answer; nothing is
+// answered before its batch commits, and a failed commit fails every
+// report of its batch. ClaimMany serves many waiters with one statement.
 //
 // # State machine
 //
@@ -59,12 +79,13 @@
 //	│             │ claim: generation+1, attempts+1               │
 //	│             ▼                                               │
 //	│          LEASED ── renew (same generation) ──► LEASED       │
-//	│             │ expiry → claimable again (new generation)     │
+//	│             │ expiry → reaper: QUEUED again (new generation  │
+//	│             │          at the next claim)                    │
 //	│             ├── complete ─────────────► SUCCEEDED           │
 //	│             ├── retry (retryable, budget left) ─────────────┘
 //	│             ├── retry (non-retryable) ► FAILED
 //	│             ├── budget spent ─────────► DEAD ── replay ──► new job
-//	│             │   (retry, or expiry seen by a claim)          abandon
+//	│             │   (retry, or expiry seen by the reaper)       abandon
 //	│             └── cancel ───────────────► CANCELLED
 //	└── cancel ──────────────────────────────► CANCELLED
 //
@@ -72,11 +93,12 @@
 // cancel of a LEASED job only sets CancelRequested: the holder learns it
 // from Renew (RenewCancelRequested) and acknowledges with CancelByHolder;
 // a Release of a cancel-requested job ends it CANCELLED too, and so does a
-// Retry that would have queued it again. If the holder lets the lease
-// expire instead, the next Claim on the queue ends the job CANCELLED. A
-// lease that expires with no report after the last attempt (or past the
-// retry deadline) is not taken over either: the next Claim on the queue
-// ends the job DEAD with LastError LEASE_EXPIRED. SUCCEEDED, FAILED,
+// Retry that would have queued it again. A lease that expires with no
+// report is ended by ReapExpired as DecideExpiry says — the one place the
+// rules of an expired lease are written: QUEUED again (in its old place,
+// the attempt spent), CANCELLED when a cancel was requested, DEAD with
+// LastError LEASE_EXPIRED when the attempts or the retry deadline are
+// spent. Claims take only QUEUED jobs. SUCCEEDED, FAILED,
 // CANCELLED and DEAD are terminal (JobState.Terminal); replaying a DEAD job
 // creates a new job and leaves the dead one as evidence.
 //
@@ -106,14 +128,13 @@
 //     generation that ended the job repeating the same terminal report
 //     (Complete, Retry, CancelByHolder) gets the same job back, with no
 //     new event. [Lease, Terminal]
-//  4. Expired work becomes claimable. Claim treats a LEASED row whose
-//     expiry has passed like a queued one; taking it over appends
-//     LEASE_EXPIRED, closes the old attempt as lease_expired and bumps the
-//     generation, which fences the old holder. No process has to release
-//     a lease it can no longer use. The exceptions are ended by that claim
-//     rather than taken over: a cancel-requested job becomes CANCELLED,
-//     and one whose budget is spent becomes DEAD (see 5). [Lease, Cancel,
-//     DeadLetter]
+//  4. Expired work becomes claimable. An expired lease already fences its
+//     holder (expires_at > now fails); ReapExpired then ends it (see
+//     DecideExpiry), appending LEASE_EXPIRED and recording the attempt as
+//     lease_expired, and the next claim bumps the generation. No process
+//     has to release a lease it can no longer use. Concurrent reapers skip
+//     each other's rows, so each lease is ended once. [Lease, Cancel,
+//     DeadLetter, Dispatch]
 //  5. Retries are bounded and classified. RetryPolicy.Retryable decides
 //     (the queue's non-retryable codes, then its retryable codes, then the
 //     worker's flag); DecideRetry picks QUEUED at now + NextRetryDelay
@@ -122,11 +143,8 @@
 //     FAILED, or DEAD when the attempt budget or the total retry deadline
 //     is spent. available_at is stored, so a restart keeps the delay. DEAD
 //     commits with its RUN_FAILED event. A worker that crashes never
-//     reports, so the budget is also enforced at claim time: an expired
-//     lease with attempts >= max_attempts, or with the retry deadline
-//     before now, is not leased again; the claim ends the job DEAD with
-//     LEASE_EXPIRED, RUN_FAILED (code ErrorCodeLeaseExpired) and DEAD
-//     events, in its own transaction. [Retry, DeadLetter]
+//     reports, so the budget is also enforced when its lease expires (see
+//     DecideExpiry). [Retry, DeadLetter]
 //  6. Terminal state and its event commit atomically, and sequences are
 //     gapless. An event is appended only by bumping jobs.last_event_seq
 //     under the job's row lock (PostgreSQL) or the single writer (SQLite),
@@ -138,8 +156,7 @@
 //     ErrAlreadyFinal or ErrLeaseLost and the state the winner left. A
 //     cancel-requested job is never claimed again: its holder's Release,
 //     or a Retry that would requeue it, ends it CANCELLED, and so does the
-//     first Claim on its queue after its lease expired unacknowledged.
-//     [Cancel]
+//     reaper once its lease expired unacknowledged. [Cancel]
 //  8. One clock. Every params struct has Now; zero means the store's clock
 //     (PostgreSQL's now() in production, the process clock for SQLite).
 //     Every comparison in one call uses that one instant, and tests inject
@@ -163,9 +180,9 @@
 //   - A coordinator crashes after committing but before answering: the
 //     producer retries with the same request id and gets the job back; the
 //     worker repeats its terminal report and gets the same outcome.
-//   - A worker dies or is partitioned: its lease expires, the next Claim
-//     takes the job at generation+1, and anything the old holder still
-//     sends is refused with ErrLeaseLost. Its checkpoint and its effect
+//   - A worker dies or is partitioned: its lease expires, the reaper
+//     requeues the job, the next claim takes it at generation+1, and
+//     anything the old holder still sends is refused with ErrLeaseLost. Its checkpoint and its effect
 //     ledger reach the next attempt (ClaimedJob.Job.Checkpoint,
 //     ClaimedJob.Effects); an effect left RESERVED or UNKNOWN is handed
 //     back for reconciliation rather than re-reserved, a FAILED one may be
@@ -177,9 +194,9 @@
 //     error, listed by ListDeadJobs until an operator replays (a new job,
 //     ReplayOf set, idempotent) or abandons it; retention prunes it after
 //     that like any finished job. A job that kills its worker every time
-//     (a poison pill) gets there too: the claim that finds its last lease
+//     (a poison pill) gets there too: the reaper that finds its last lease
 //     expired ends it DEAD with last error LEASE_EXPIRED instead of
-//     leasing it again.
+//     queueing it again.
 //   - Finished jobs accumulate: Prune deletes terminal jobs older than a
 //     cut-off and expired idempotency records, in batches of BatchSize rows
 //     per transaction, so it never holds a long transaction. It never
