@@ -38,6 +38,10 @@ func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.Batch
 	}
 	res, err := c.createJobs(ctx, crs)
 	if err != nil {
+		if len(crs) == 1 {
+			// The store names one request's fields as CreateJob does.
+			err = renameField(err, "", "requests[0].")
+		}
 		return nil, toStatus(ctx, c.log, err)
 	}
 	out := make([]*leaseholdv1.CreateJobResponse, 0, len(res))

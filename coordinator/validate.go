@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -32,10 +33,16 @@ const (
 	SDKFieldMaxLen = 128
 )
 
-// validator decodes and validates requests: one method per request
-// message, each returning the store parameters or a *store.InvalidError
-// naming the offending field by its proto path. Nothing is written before a
-// request has passed its validator.
+// validator decodes requests: one method per request message, each
+// returning the store parameters or a *store.InvalidError naming the
+// offending field by its proto path. It checks what only the API knows —
+// required messages, well-formed durations and timestamps, the configured
+// payload limit, page sizes and tokens — and leaves the bounds of the
+// values to the store, which checks every request it gets once, before any
+// SQL, with errors named by the same proto paths. (Claims are the
+// exception: they wait in the dispatcher, so the API checks them with the
+// store's own rule before they join a round.) Nothing is written before a
+// request has passed both.
 type validator struct {
 	payloadMax   int
 	defaultLease time.Duration
@@ -97,7 +104,8 @@ func pageToken(field, tok string) error {
 // renameField rewrites the prefix of an *store.InvalidError's field, so a
 // store validator's "token.job_id" reads "tokens[3].job_id" to the caller.
 func renameField(err error, from, to string) error {
-	if inv, ok := err.(*store.InvalidError); ok && strings.HasPrefix(inv.Field, from) {
+	var inv *store.InvalidError
+	if errors.As(err, &inv) && strings.HasPrefix(inv.Field, from) {
 		return store.Invalid(to+strings.TrimPrefix(inv.Field, from), inv.Reason)
 	}
 	return err
@@ -117,16 +125,13 @@ func requiredName(field, s string) error {
 	return nil
 }
 
-// token decodes a lease token; field names the token in the request.
+// token decodes a lease token; field names the token in the request. Its
+// values are the store's to check.
 func token(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, error) {
 	if t == nil {
 		return store.LeaseToken{}, store.Invalid(field, "is required")
 	}
-	tok := store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}
-	if err := store.ValidateToken(tok); err != nil {
-		return store.LeaseToken{}, renameField(err, "token", field)
-	}
-	return tok, nil
+	return store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}, nil
 }
 
 func (v validator) spec(field string, s *leaseholdv1.JobSpec) (store.JobSpec, error) {
@@ -155,9 +160,6 @@ func (v validator) spec(field string, s *leaseholdv1.JobSpec) (store.JobSpec, er
 	if err := v.blob(field+".payload", spec.Payload); err != nil {
 		return store.JobSpec{}, err
 	}
-	if err := store.ValidateSpec(field, spec); err != nil {
-		return store.JobSpec{}, err
-	}
 	if !runAt.IsZero() && (runAt.Year() < 1970 || runAt.After(time.Now().Add(store.RunAfterMax+24*time.Hour))) {
 		// Bounded like run_after; measured on the process clock because
 		// this is a sanity bound, not a lease decision.
@@ -173,9 +175,6 @@ func (v validator) createRequest(field string, r *leaseholdv1.CreateJobRequest) 
 	prefix := field
 	if prefix != "" {
 		prefix += "."
-	}
-	if err := store.ValidateText(prefix+"request_id", r.GetRequestId(), store.RequestIDMaxLen, false); err != nil {
-		return store.CreateRequest{}, err
 	}
 	spec, err := v.spec(prefix+"job", r.GetJob())
 	if err != nil {
@@ -248,12 +247,6 @@ func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParam
 
 // CancelJob validates a CancelJobRequest.
 func (v validator) CancelJob(r *leaseholdv1.CancelJobRequest) (store.RequestCancelParams, error) {
-	if err := jobID("job_id", r.GetJobId()); err != nil {
-		return store.RequestCancelParams{}, err
-	}
-	if err := store.ValidateReason(r.GetReason()); err != nil {
-		return store.RequestCancelParams{}, err
-	}
 	return store.RequestCancelParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
 }
 
@@ -388,14 +381,8 @@ func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error)
 		return store.RetryParams{}, store.Invalid("error", "is required")
 	}
 	je := store.JobError{Code: r.GetError().GetCode(), Message: r.GetError().GetMessage(), Retryable: r.GetError().GetRetryable()}
-	if err := store.ValidateJobError(je); err != nil {
-		return store.RetryParams{}, err
-	}
 	after, err := duration("retry_after", r.GetRetryAfter())
 	if err != nil {
-		return store.RetryParams{}, err
-	}
-	if err := store.ValidateRetryAfter(after); err != nil {
 		return store.RetryParams{}, err
 	}
 	return store.RetryParams{Token: tok, Error: je, RetryAfter: after}, nil
@@ -405,9 +392,6 @@ func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error)
 func (v validator) Cancel(r *leaseholdv1.CancelRequest) (store.CancelByHolderParams, error) {
 	tok, err := token("token", r.GetToken())
 	if err != nil {
-		return store.CancelByHolderParams{}, err
-	}
-	if err := store.ValidateReason(r.GetReason()); err != nil {
 		return store.CancelByHolderParams{}, err
 	}
 	return store.CancelByHolderParams{Token: tok, Reason: r.GetReason()}, nil
@@ -425,9 +409,6 @@ func (v validator) SaveCheckpoint(r *leaseholdv1.SaveCheckpointRequest) (store.S
 	if err != nil {
 		return store.SaveCheckpointParams{}, err
 	}
-	if err := store.ValidatePhase(r.GetPhase()); err != nil {
-		return store.SaveCheckpointParams{}, err
-	}
 	if err := v.blob("state", r.GetState()); err != nil {
 		return store.SaveCheckpointParams{}, err
 	}
@@ -440,9 +421,6 @@ func (v validator) ReserveEffect(r *leaseholdv1.ReserveEffectRequest) (store.Res
 	if err != nil {
 		return store.ReserveEffectParams{}, err
 	}
-	if err := store.ValidateEffectKey(r.GetEffectKey()); err != nil {
-		return store.ReserveEffectParams{}, err
-	}
 	return store.ReserveEffectParams{Token: tok, Key: r.GetEffectKey()}, nil
 }
 
@@ -450,9 +428,6 @@ func (v validator) ReserveEffect(r *leaseholdv1.ReserveEffectRequest) (store.Res
 func (v validator) RecordEffect(r *leaseholdv1.RecordEffectRequest) (store.RecordEffectParams, error) {
 	tok, err := token("token", r.GetToken())
 	if err != nil {
-		return store.RecordEffectParams{}, err
-	}
-	if err := store.ValidateEffectKey(r.GetEffectKey()); err != nil {
 		return store.RecordEffectParams{}, err
 	}
 	var st store.EffectStatus
@@ -465,9 +440,6 @@ func (v validator) RecordEffect(r *leaseholdv1.RecordEffectRequest) (store.Recor
 		st = store.EffectUnknown
 	default:
 		return store.RecordEffectParams{}, store.Invalid("status", "must be SUCCEEDED, FAILED or UNKNOWN")
-	}
-	if err := store.ValidateProviderOperationID(r.GetProviderOperationId()); err != nil {
-		return store.RecordEffectParams{}, err
 	}
 	if err := v.blob("result", r.GetResult()); err != nil {
 		return store.RecordEffectParams{}, err
@@ -646,18 +618,12 @@ func (v validator) GetDeadJob(r *leaseholdv1.GetDeadJobRequest) (string, error) 
 
 // ReplayDeadJob validates a ReplayDeadJobRequest.
 func (v validator) ReplayDeadJob(r *leaseholdv1.ReplayDeadJobRequest) (store.ReplayDeadJobParams, error) {
-	if err := jobID("job_id", r.GetJobId()); err != nil {
-		return store.ReplayDeadJobParams{}, err
-	}
-	return store.ReplayDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, store.ValidateReason(r.GetReason())
+	return store.ReplayDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
 }
 
 // AbandonDeadJob validates an AbandonDeadJobRequest.
 func (v validator) AbandonDeadJob(r *leaseholdv1.AbandonDeadJobRequest) (store.AbandonDeadJobParams, error) {
-	if err := jobID("job_id", r.GetJobId()); err != nil {
-		return store.AbandonDeadJobParams{}, err
-	}
-	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, store.ValidateReason(r.GetReason())
+	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
 }
 
 // ResetBreaker validates a ResetBreakerRequest.

@@ -33,7 +33,9 @@ func TestStreamAndUnaryWorkersShareFairly(t *testing.T) {
 	const (
 		jobs     = 3000
 		capacity = 8
-		work     = 4 * time.Millisecond // the same handler cost for everyone
+		// The same handler cost for everyone, long enough that a share is
+		// decided by the dispatcher, not by a busy machine's scheduling.
+		work = 20 * time.Millisecond
 	)
 	var reqs []*leaseholdv1.CreateJobRequest
 	for i := range jobs {
@@ -73,28 +75,31 @@ func TestStreamAndUnaryWorkersShareFairly(t *testing.T) {
 		})
 		wg.Go(func() { _ = w.Run(runCtx) })
 	}
+	// A unary worker keeps its capacity busy the way the SDK does: one
+	// long-poll claimer per slot, which reports and, like the SDK, takes
+	// its next job while the report commits.
 	for i := 2; i < 4; i++ {
 		wc := newClients(srv.Dial(t))
-		wg.Go(func() {
-			for runCtx.Err() == nil {
-				claim, err := wc.workers.Claim(runCtx, &leaseholdv1.ClaimRequest{
-					WorkerId: fmt.Sprintf("unary-%d", i), Queues: []string{"fair"}, MaxJobs: capacity, Wait: durationpb.New(time.Second),
-				})
-				if err != nil {
-					continue
-				}
-				var jobsWG sync.WaitGroup
-				for _, lj := range claim.GetJobs() {
-					jobsWG.Go(func() {
-						time.Sleep(work)
-						if _, err := wc.workers.Complete(runCtx, &leaseholdv1.CompleteRequest{Token: lj.GetToken()}); err == nil {
-							finish(i)
-						}
+		for range capacity {
+			wg.Go(func() {
+				for runCtx.Err() == nil {
+					claim, err := wc.workers.Claim(runCtx, &leaseholdv1.ClaimRequest{
+						WorkerId: fmt.Sprintf("unary-%d", i), Queues: []string{"fair"}, MaxJobs: 1, Wait: durationpb.New(time.Second),
 					})
+					if err != nil {
+						continue
+					}
+					for _, lj := range claim.GetJobs() {
+						time.Sleep(work)
+						wg.Go(func() {
+							if _, err := wc.workers.Complete(runCtx, &leaseholdv1.CompleteRequest{Token: lj.GetToken()}); err == nil {
+								finish(i)
+							}
+						})
+					}
 				}
-				jobsWG.Wait()
-			}
-		})
+			})
+		}
 	}
 	select {
 	case <-done:
@@ -221,8 +226,9 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 		}
 		return n
 	}
-	// Let the first rounds (every new stream is claimed for once) pass.
-	time.Sleep(2 * time.Second)
+	// Let the first rounds pass (every new stream and every credit it
+	// granted wakes one; on a busy machine they trickle in).
+	time.Sleep(5 * time.Second)
 	before := commits()
 	const window = 10 * time.Second
 	time.Sleep(window)

@@ -64,7 +64,8 @@ func checkText(field, s string, max int, required bool) error {
 }
 
 // ValidateSpec checks a JobSpec against the store's bounds. field prefixes
-// the field names in the error (e.g. "requests[2].spec").
+// the field names in the error (e.g. "requests[2].job"): they are the
+// API's field paths, so the API passes the error on as it is.
 func ValidateSpec(field string, s JobSpec) error {
 	if !ValidName(s.Queue) {
 		return Invalid(field+".queue", nameRule)
@@ -121,14 +122,16 @@ func ValidateCreate(p CreateJobsParams) error {
 		return Invalid("idempotency_window", "must not be negative")
 	}
 	for i, r := range p.Requests {
-		field := "requests"
+		// One request reads as CreateJobRequest does (job.queue), several
+		// as BatchCreateJobsRequest (requests[2].job.queue).
+		prefix := ""
 		if len(p.Requests) > 1 {
-			field = fmt.Sprintf("requests[%d]", i)
+			prefix = fmt.Sprintf("requests[%d].", i)
 		}
-		if err := checkText(field+".request_id", r.RequestID, RequestIDMaxLen, false); err != nil {
+		if err := checkText(prefix+"request_id", r.RequestID, RequestIDMaxLen, false); err != nil {
 			return err
 		}
-		if err := ValidateSpec(field+".spec", r.Spec); err != nil {
+		if err := ValidateSpec(prefix+"job", r.Spec); err != nil {
 			return err
 		}
 	}

@@ -113,8 +113,8 @@ func TestValidateCreate(t *testing.T) {
 	batch := []store.CreateRequest{{Spec: validSpec()}, {Spec: validSpec()}, {Spec: store.JobSpec{Queue: "q"}}}
 	err := store.ValidateCreate(store.CreateJobsParams{Tenant: "t", Requests: batch})
 	var inv *store.InvalidError
-	if !errors.As(err, &inv) || inv.Field != "requests[2].spec.kind" {
-		t.Fatalf("a batch with a bad third item: %v, want the field requests[2].spec.kind", err)
+	if !errors.As(err, &inv) || inv.Field != "requests[2].job.kind" {
+		t.Fatalf("a batch with a bad third item: %v, want the field requests[2].job.kind", err)
 	}
 	cases := map[string]store.CreateJobsParams{
 		"empty tenant":      {Tenant: "", Requests: one},

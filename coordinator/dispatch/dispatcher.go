@@ -186,18 +186,25 @@ func (d *Dispatcher) Quiesce() {
 // Quiesced is closed once Quiesce was called.
 func (d *Dispatcher) Quiesced() <-chan struct{} { return d.quiesceCh }
 
-// creditCap is the most credits w may hold: its capacity less what it
-// holds already. d.mu held (Held takes the waiter owner's lock, which is
-// always taken after d.mu).
+// creditCap is the most credits w may hold: its capacity.
 func (d *Dispatcher) creditCap(w *Waiter) int {
-	limit := d.cfg.CreditsMax
 	if w.Capacity > 0 {
-		limit = min(w.Capacity, limit)
+		return min(w.Capacity, d.cfg.CreditsMax)
 	}
-	if w.Held != nil {
-		limit -= w.Held()
+	return d.cfg.CreditsMax
+}
+
+// ask is how many leases a claim may bring w now: its credits, but never
+// more than its capacity less the leases it holds. A credit granted while
+// an earlier lease is still held (its report on the way) is kept for the
+// round after the report. d.mu held (Held takes the waiter owner's lock,
+// which is always taken after d.mu).
+func (d *Dispatcher) ask(w *Waiter) int {
+	n := min(w.credits, store.BatchMaxItems)
+	if w.Held != nil && w.Capacity > 0 {
+		n = min(n, w.Capacity-w.Held())
 	}
-	return max(limit, 0)
+	return max(n, 0)
 }
 
 // Add registers w with credits and wakes the loop for it. It returns false
@@ -403,7 +410,10 @@ func (d *Dispatcher) takeRound() []*group {
 	var out []*group
 	slots := map[string]int{}
 	for _, w := range picked {
-		ask := max(min(w.credits, store.BatchMaxItems), 1)
+		ask := d.ask(w)
+		if ask == 0 {
+			continue // at capacity: the end of a lease (Ready) brings it back
+		}
 		if slots[w.group]+ask > store.ClaimSlotsMax {
 			d.pendingWaiters[w] = struct{}{}
 			d.signal()
@@ -460,11 +470,13 @@ func (d *Dispatcher) claimFor(ctx context.Context, g *group) int {
 func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int {
 	asks := make([]store.ClaimWaiter, 0, len(ws))
 	var claiming []*Waiter
+	asked := map[*Waiter]int{}
 	d.mu.Lock()
 	for _, w := range ws {
-		if w.credits > 0 {
-			asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: min(w.credits, store.BatchMaxItems), LeaseDuration: w.LeaseDuration})
+		if n := d.ask(w); n > 0 {
+			asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: n, LeaseDuration: w.LeaseDuration})
 			claiming = append(claiming, w)
+			asked[w] = n
 		}
 	}
 	d.mu.Unlock()
@@ -508,7 +520,7 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 			delivered += len(got)
 			if w.OneShot {
 				d.remove(w)
-			} else if ask := min(w.credits+len(got), store.BatchMaxItems); len(got) == ask && w.credits > 0 && !w.removed {
+			} else if len(got) == asked[w] && w.credits > 0 && !w.removed {
 				// A full share: more jobs may be waiting.
 				d.pendingWaiters[w] = struct{}{}
 				d.signal()
