@@ -97,25 +97,21 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 			w := p.Waiters[slots[k]]
 			lease := policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration)
 			expires := now.Add(lease)
-			var (
-				gen      int64
-				attempts int32
-				seq      int64
-			)
-			if err := tx.QueryRowContext(ctx, qLeaseJob, p.Tenant, c.id, w.Worker, micros(now), micros(expires)).
-				Scan(&gen, &attempts, &seq); err != nil {
+			var seq int64
+			row, err := scanJob(tx.QueryRowContext(ctx, qLeaseJob, p.Tenant, c.id, w.Worker, micros(now), micros(expires)), &seq)
+			if err != nil {
 				return fmt.Errorf("lease %q: %w", c.id, err)
 			}
+			gen, attempts := row.job.LeaseGeneration, row.job.Attempts
 			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires)
 			if _, err := tx.ExecContext(ctx, qInsertEvent, p.Tenant, c.id, seq, string(store.EventLeased), micros(now), data); err != nil {
 				return fmt.Errorf("append leased event: %w", err)
 			}
-			row, err := getJobTx(ctx, tx, p.Tenant, c.id)
-			if err != nil {
-				return err
-			}
 			var effects []store.Effect
-			if gen > 1 { // a first lease has no ledger yet
+			if gen > 1 { // a first lease has no checkpoint or ledger yet
+				if row, err = getJobTx(ctx, tx, p.Tenant, c.id); err != nil {
+					return err
+				}
 				if effects, err = listEffectsTx(ctx, tx, p.Tenant, c.id); err != nil {
 					return err
 				}

@@ -124,14 +124,21 @@ WHERE tenant = ?1 AND queue = ?2
 ORDER BY priority DESC, available_at, id
 LIMIT ?4`
 
-// qLeaseJob leases one claimed job to ?3 until ?5 (leased at ?4), and
-// reserves the sequence of its LEASED event.
+// qLeaseJob leases one claimed job to ?3 until ?5 (leased at ?4),
+// reserves the sequence of its LEASED event, and returns the job as
+// scanJob reads it (no checkpoint: a first lease has none, and later ones
+// read theirs) followed by that sequence.
 const qLeaseJob = `
 UPDATE jobs
 SET state = 'leased', lease_owner = ?3, lease_generation = lease_generation + 1,
     attempts = attempts + 1, leased_at = ?4, lease_expires_at = ?5, last_event_seq = last_event_seq + 1
 WHERE tenant = ?1 AND id = ?2 AND state = 'queued'
-RETURNING lease_generation, attempts, last_event_seq`
+RETURNING tenant, id, queue, kind, payload, metadata, priority, state,
+       attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
+       cancel_requested, created_at, available_at, finished_at, retry_deadline,
+       last_error_code, last_error_message, last_error_retryable, result,
+       replay_of, replayed_as, abandoned, dependency, leased_at,
+       NULL, NULL, NULL, NULL, NULL, NULL, last_event_seq`
 
 // qLockExpired reads up to ?2 leases that expired at ?1, across tenants,
 // earliest first (the single writer needs no row locks).

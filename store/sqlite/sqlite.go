@@ -259,28 +259,49 @@ func prepare(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 type preparedTx struct {
 	*sql.Tx
 	stmts map[string]*sql.Stmt
+	// bound are the statements already bound to this transaction: a
+	// batch runs the same few statements hundreds of times.
+	bound map[string]*sql.Stmt
+}
+
+// stmt returns query's prepared statement bound to the transaction, or nil
+// when query is not one of statements.
+func (tx *preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
+	if st, ok := tx.bound[query]; ok {
+		return st
+	}
+	st, ok := tx.stmts[query]
+	if !ok {
+		return nil
+	}
+	if tx.bound == nil {
+		tx.bound = make(map[string]*sql.Stmt)
+	}
+	st = tx.Tx.StmtContext(ctx, st)
+	tx.bound[query] = st
+	return st
 }
 
 // QueryRowContext runs query, prepared when it is one of statements.
 func (tx *preparedTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st, ok := tx.stmts[query]; ok {
-		return tx.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	if st := tx.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
 	}
 	return tx.Tx.QueryRowContext(ctx, query, args...)
 }
 
 // QueryContext runs query, prepared when it is one of statements.
 func (tx *preparedTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st, ok := tx.stmts[query]; ok {
-		return tx.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	if st := tx.stmt(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
 	}
 	return tx.Tx.QueryContext(ctx, query, args...)
 }
 
 // ExecContext runs query, prepared when it is one of statements.
 func (tx *preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st, ok := tx.stmts[query]; ok {
-		return tx.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	if st := tx.stmt(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
 	}
 	return tx.Tx.ExecContext(ctx, query, args...)
 }
