@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 
@@ -23,10 +25,10 @@ func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	// An hour-long interval keeps the ticker out of the way; the test reads
 	// the counters and logs them itself.
-	c, err := New(Config{Store: st, Logger: slogDebug(logs), ActivityLogInterval: time.Hour})
+	c, err := New(Config{Store: st, Logger: logs.Logger(slog.LevelDebug), ActivityLogInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -16,6 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/leasehold/leasehold/internal/testlog"
 )
 
 // processStartTimeout bounds how long a started binary may take to report
@@ -68,7 +69,7 @@ type Process struct {
 	// Cmd is the running command.
 	Cmd *exec.Cmd
 
-	stderr   *syncBuffer
+	stderr   *testlog.Buffer
 	exited   chan struct{} // closed when the process has exited
 	exitCode int
 	waitErr  error
@@ -100,7 +101,7 @@ func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 		}
 		args = append([]string{"--listen", addr}, args...)
 	}
-	p := &Process{Addr: addr, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &Process{Addr: addr, stderr: &testlog.Buffer{}, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	p.Cmd.Dir = t.TempDir()
 	p.Cmd.Stdout = p.stderr
@@ -211,25 +212,6 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Process) Output() string { return p.stderr.String() }
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and
-// readers in the test.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Dial returns an insecure client connection to the process, closed when
 // the test ends.
