@@ -82,13 +82,13 @@ func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	if got != want {
 		t.Fatalf("activity = %+v, want %+v", got, want)
 	}
-	if last := c.logActivity(ctx, got); last != got {
+	if last := c.reporter.runOnce(ctx, got); last != got {
 		t.Fatalf("an unchanged reading must not log or move: %+v", last)
 	}
 	if strings.Contains(logs.String(), "activity (totals since start)") {
 		t.Fatalf("logged an unchanged reading:\n%s", logs.String())
 	}
-	c.logActivity(ctx, activityCounts{})
+	c.reporter.runOnce(ctx, activityCounts{})
 	out := logs.String()
 	for _, want := range []string{"jobs_created=2", "creates_replayed=1", "leases_granted=1", "succeeded=1", "cancelled=1"} {
 		if !strings.Contains(out, want) {

@@ -90,6 +90,12 @@ func TestStartStopIsSafeTwice(t *testing.T) {
 	p.Stop() // before Start
 	p.Start(context.Background())
 	p.Start(context.Background())
+	<-p.Started()
 	p.Stop()
+	select {
+	case <-p.Stopped():
+	default:
+		t.Fatal("Stop returned before the pruning loop ended")
+	}
 	p.Stop()
 }
