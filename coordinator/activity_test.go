@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
@@ -21,7 +21,7 @@ import (
 func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "leasehold.db")})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
@@ -29,8 +29,9 @@ import (
 
 // Options choose the engine and tweak the coordinator.
 type Options struct {
-	// Postgres selects PostgreSQL on a fresh pgtest schema (or on
-	// DatabaseURL when set). False: SQLite in t.TempDir() (or SQLitePath).
+	// Postgres selects PostgreSQL on a fresh migrated pgtest schema (or
+	// on DatabaseURL when set, migrated first). False: SQLite on a fresh
+	// migrated sqlitetest file (or SQLitePath).
 	Postgres bool
 	// Configure, when set, adjusts the coordinator config after the test
 	// defaults are applied.
@@ -81,9 +82,8 @@ func Start(t testing.TB, opts Options) *Server {
 	if opts.Postgres || opts.DatabaseURL != "" {
 		s.DatabaseURL = opts.DatabaseURL
 		if s.DatabaseURL == "" {
-			s.DatabaseURL = pgtest.Schema(t)
-		}
-		if err := postgres.Migrate(ctx, s.DatabaseURL); err != nil {
+			s.DatabaseURL = pgtest.MigratedSchema(t)
+		} else if err := postgres.Migrate(ctx, s.DatabaseURL); err != nil {
 			t.Fatalf("testserver: migrate postgres: %v", err)
 		}
 		pg, err := postgres.Open(ctx, postgres.Config{DatabaseURL: s.DatabaseURL, Options: opts.EngineOptions, Logger: log})
@@ -94,7 +94,7 @@ func Start(t testing.TB, opts Options) *Server {
 	} else {
 		s.SQLitePath = opts.SQLitePath
 		if s.SQLitePath == "" {
-			s.SQLitePath = filepath.Join(t.TempDir(), "leasehold.db")
+			s.SQLitePath = sqlitetest.Path(t)
 		}
 		lite, err := sqlite.Open(ctx, sqlite.Config{Path: s.SQLitePath, Options: opts.EngineOptions, Logger: log})
 		if err != nil {
