@@ -68,6 +68,7 @@ const (
 //   - a payload that is not JSON fails non-retryably (FAILED);
 //   - a job cancelled while it runs is acknowledged with Cancel.
 func TestNodeWorkerHandlesEveryOutcome(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
 	defer cancel()
@@ -272,6 +273,7 @@ func TestNodeWorkerHandlesEveryOutcome(t *testing.T) {
 // job goes back to the queue through Release, without spending the attempt,
 // and the worker exits 0.
 func TestNodeWorkerReleasesOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
 	defer cancel()

@@ -35,13 +35,12 @@ func Logger(tb testing.TB) *slog.Logger {
 // shutdown) and closes before those registered earlier.
 func NewHandler(tb testing.TB, opts *slog.HandlerOptions) slog.Handler {
 	tb.Helper()
-	return slog.NewTextHandler(Writer(tb), opts)
+	return slog.NewTextHandler(newTestWriter(tb), opts)
 }
 
-// Writer returns a writer to tb.Output() that drops what is written once
-// tb's cleanups run (see NewHandler), for output that is not slog's (a
-// child process, a library's own logger).
-func Writer(tb testing.TB) io.Writer {
+// newTestWriter returns a writer to tb.Output() that drops what is
+// written once tb's cleanups run (see NewHandler).
+func newTestWriter(tb testing.TB) *testWriter {
 	tb.Helper()
 	w := &testWriter{out: tb.Output()}
 	tb.Cleanup(w.close)
