@@ -18,8 +18,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,21 +81,81 @@ func newSchema(t testing.TB, prefix, script string) string {
 	base := BaseURL()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn := connect(t, ctx, base)
-	defer conn.Close(ctx)
-
 	schema := randomName(prefix)
-	if _, err := conn.PgConn().Exec(ctx, createScript(schema, script)).ReadAll(); err != nil {
+	err := withConn(ctx, base, func(conn *pgx.Conn) error {
+		_, err := conn.PgConn().Exec(ctx, createScript(schema, script)).ReadAll()
+		return err
+	})
+	if err != nil {
+		if isConnectError(err) {
+			t.Fatalf("PostgreSQL is required for this test and could not be reached at %s (set %s): %v", redact(base), EnvURL, err)
+		}
 		t.Fatalf("pgtest: create test schema: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := dropSchema(ctx, base, schema); err != nil {
+		err := withConn(ctx, base, func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			return err
+		})
+		if err != nil {
 			t.Errorf("pgtest: drop test schema %s: %v", schema, err)
 		}
 	})
 	return schemaURL(t, base, schema)
+}
+
+// idleConns keeps a few connections for creating and dropping schemas
+// between tests: a new PostgreSQL backend costs tens of milliseconds of
+// server CPU here, two per test otherwise. A pgx.Conn runs no goroutine
+// of its own, so nothing shows up in the packages' goleak checks; the
+// connections close when the test binary exits.
+var idleConns struct {
+	sync.Mutex // guards conns
+	conns      []*pgx.Conn
+}
+
+// idleConnsMax bounds idleConns (about the tests that run at once).
+const idleConnsMax = 4
+
+// connectError is a failure to reach the server at all.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+func isConnectError(err error) bool {
+	var ce *connectError
+	return errors.As(err, &ce)
+}
+
+// withConn runs fn on an idle connection to base, or a new one, and keeps
+// the connection for the next call unless fn failed.
+func withConn(ctx context.Context, base string, fn func(*pgx.Conn) error) error {
+	idleConns.Lock()
+	var conn *pgx.Conn
+	if n := len(idleConns.conns); n > 0 {
+		conn, idleConns.conns = idleConns.conns[n-1], idleConns.conns[:n-1]
+	}
+	idleConns.Unlock()
+	if conn == nil {
+		var err error
+		if conn, err = pgx.Connect(ctx, base); err != nil {
+			return &connectError{err}
+		}
+	}
+	if err := fn(conn); err != nil {
+		_ = conn.Close(ctx) // its state is unknown
+		return err
+	}
+	idleConns.Lock()
+	defer idleConns.Unlock()
+	if len(idleConns.conns) < idleConnsMax {
+		idleConns.conns = append(idleConns.conns, conn)
+		return nil
+	}
+	return conn.Close(ctx)
 }
 
 // createScript creates schema and runs script inside it. A multi-statement
@@ -105,25 +167,6 @@ func createScript(schema, script string) string {
 		return "CREATE SCHEMA " + id
 	}
 	return "CREATE SCHEMA " + id + ";\nSET LOCAL search_path TO " + id + ";\n" + script
-}
-
-func connect(t testing.TB, ctx context.Context, base string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("PostgreSQL is required for this test and could not be reached at %s (set %s): %v", redact(base), EnvURL, err)
-	}
-	return conn
-}
-
-func dropSchema(ctx context.Context, base, schema string) error {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	return err
 }
 
 func randomName(prefix string) string {
