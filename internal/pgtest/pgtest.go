@@ -131,7 +131,8 @@ func isConnectError(err error) bool {
 }
 
 // withConn runs fn on an idle connection to base, or a new one, and keeps
-// the connection for the next call unless fn failed.
+// the connection for the next call unless fn failed. A kept connection
+// found dead (the server restarted, say) is replaced once.
 func withConn(ctx context.Context, base string, fn func(*pgx.Conn) error) error {
 	idleConns.Lock()
 	var conn *pgx.Conn
@@ -139,14 +140,19 @@ func withConn(ctx context.Context, base string, fn func(*pgx.Conn) error) error 
 		conn, idleConns.conns = idleConns.conns[n-1], idleConns.conns[:n-1]
 	}
 	idleConns.Unlock()
-	if conn == nil {
+	kept := conn != nil
+	if !kept {
 		var err error
 		if conn, err = pgx.Connect(ctx, base); err != nil {
 			return &connectError{err}
 		}
 	}
 	if err := fn(conn); err != nil {
+		dead := conn.IsClosed()
 		_ = conn.Close(ctx) // its state is unknown
+		if kept && dead {
+			return withConn(ctx, base, fn)
+		}
 		return err
 	}
 	idleConns.Lock()

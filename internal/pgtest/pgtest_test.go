@@ -97,3 +97,31 @@ func TestSchemaIsEmpty(t *testing.T) {
 		t.Fatalf("a fresh schema has %d relations, %v", n, err)
 	}
 }
+
+// TestKeptConnectionsThatDiedAreReplaced: when the server ends the kept
+// admin connections, the next schema is still made.
+func TestKeptConnectionsThatDiedAreReplaced(t *testing.T) {
+	// Not parallel: it terminates every kept connection.
+	ctx := context.Background()
+	Schema(t) // leaves at least one connection kept
+	idleConns.Lock()
+	var pids []uint32
+	for _, c := range idleConns.conns {
+		pids = append(pids, c.PgConn().PID())
+	}
+	idleConns.Unlock()
+	if len(pids) == 0 {
+		t.Fatal("no connection was kept")
+	}
+	killer, err := pgx.Connect(ctx, BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(ctx)
+	for _, pid := range pids {
+		if _, err := killer.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(t, Schema(t)) // made on a new connection
+}
