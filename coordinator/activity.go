@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/startstop"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -50,37 +51,59 @@ func (a *activity) ended(state store.JobState) {
 	}
 }
 
-// reportActivity logs the counters every interval in which they changed,
-// until ctx ends. Quiet coordinators stay quiet.
-func (c *Coordinator) reportActivity(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var last activityCounts
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			last = c.logActivity(ctx, last)
-		}
-	}
+// activityReporter logs the activity counters every interval in which they
+// changed, so quiet coordinators stay quiet. It is a startstop service;
+// with a zero or negative interval Start does nothing.
+type activityReporter struct {
+	startstop.BaseStartStop
+
+	interval time.Duration
+	log      *slog.Logger
+	counts   *activity
+	// streams returns how many worker streams are connected now.
+	streams func() int
 }
 
-// logActivity logs the counters when they differ from last and returns the
+var _ startstop.Service = (*activityReporter)(nil)
+
+// Start logs every interval until Stop or ctx ends.
+func (r *activityReporter) Start(ctx context.Context) {
+	if r.interval <= 0 {
+		return
+	}
+	ctx, shouldStart, started, stopped := r.StartInit(ctx)
+	if !shouldStart {
+		return
+	}
+	go func() {
+		started()
+		defer stopped()
+		t := time.NewTicker(r.interval)
+		defer t.Stop()
+		var last activityCounts
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				last = r.runOnce(ctx, last)
+			}
+		}
+	}()
+}
+
+// runOnce logs the counters when they differ from last and returns the
 // reading it logged against.
-func (c *Coordinator) logActivity(ctx context.Context, last activityCounts) activityCounts {
-	now := c.activity.read()
+func (r *activityReporter) runOnce(ctx context.Context, last activityCounts) activityCounts {
+	now := r.counts.read()
 	if now == last {
 		return last
 	}
-	c.mu.Lock()
-	streams := len(c.sessions)
-	c.mu.Unlock()
-	c.log.InfoContext(ctx, "activity (totals since start)",
+	r.log.InfoContext(ctx, "activity (totals since start)",
 		slog.Int64("jobs_created", now.created), slog.Int64("creates_replayed", now.replayed),
 		slog.Int64("leases_granted", now.leased), slog.Int64("succeeded", now.succeeded),
 		slog.Int64("requeued", now.requeued), slog.Int64("failed", now.failed),
 		slog.Int64("dead", now.dead), slog.Int64("cancelled", now.cancelled),
-		slog.Int("worker_streams", streams))
+		slog.Int("worker_streams", r.streams()))
 	return now
 }

@@ -2,8 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,20 +13,22 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 
 func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "leasehold.db")})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	// An hour-long interval keeps the ticker out of the way; the test reads
 	// the counters and logs them itself.
-	c, err := New(Config{Store: st, Logger: slogDebug(logs), ActivityLogInterval: time.Hour})
+	c, err := New(Config{Store: st, Logger: logs.Logger(slog.LevelDebug), ActivityLogInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +82,13 @@ func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	if got != want {
 		t.Fatalf("activity = %+v, want %+v", got, want)
 	}
-	if last := c.logActivity(ctx, got); last != got {
+	if last := c.reporter.runOnce(ctx, got); last != got {
 		t.Fatalf("an unchanged reading must not log or move: %+v", last)
 	}
 	if strings.Contains(logs.String(), "activity (totals since start)") {
 		t.Fatalf("logged an unchanged reading:\n%s", logs.String())
 	}
-	c.logActivity(ctx, activityCounts{})
+	c.reporter.runOnce(ctx, activityCounts{})
 	out := logs.String()
 	for _, want := range []string{"jobs_created=2", "creates_replayed=1", "leases_granted=1", "succeeded=1", "cancelled=1"} {
 		if !strings.Contains(out, want) {

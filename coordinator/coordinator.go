@@ -39,8 +39,7 @@ type Coordinator struct {
 	pruner     *retention.Pruner
 	changes    *broadcast
 	activity   activity
-	// activityDone is closed when the activity reporter has returned.
-	activityDone chan struct{}
+	reporter   *activityReporter
 
 	// bgCtx carries the dispatcher, maintenance and every stream session;
 	// cancelling it (with errShuttingDown) is the hard stop.
@@ -73,17 +72,19 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
-		cfg:          cfg,
-		log:          cfg.Logger,
-		store:        cfg.Store,
-		v:            validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
-		health:       health.NewServer(),
-		changes:      newBroadcast(),
-		bgCtx:        bgCtx,
-		bgCancel:     bgCancel,
-		closing:      make(chan struct{}),
-		activityDone: make(chan struct{}),
-		sessions:     make(map[sessionKey]*session),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
+		health:   health.NewServer(),
+		changes:  newBroadcast(),
+		bgCtx:    bgCtx,
+		bgCancel: bgCancel,
+		closing:  make(chan struct{}),
+		sessions: make(map[sessionKey]*session),
+	}
+	c.reporter = &activityReporter{
+		interval: cfg.ActivityLogInterval, log: cfg.Logger, counts: &c.activity, streams: c.streams,
 	}
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
@@ -127,12 +128,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.dispatcher.Start(c.bgCtx)
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
-		go func() {
-			defer close(c.activityDone)
-			if c.cfg.ActivityLogInterval > 0 {
-				c.reportActivity(c.bgCtx, c.cfg.ActivityLogInterval)
-			}
-		}()
+		c.reporter.Start(c.bgCtx)
 	})
 	c.log.Info("leasehold coordinator serving",
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
@@ -221,9 +217,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.dispatcher.Stop()
 	c.reaper.Stop()
 	c.pruner.Stop()
-	c.startOnce.Do(func() { close(c.activityDone) }) // never served: no reporter runs
-	<-c.activityDone
-	c.logActivity(ctx, activityCounts{})
+	c.reporter.Stop()
+	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
+	c.reporter.runOnce(ctx, activityCounts{})
 
 	// 6.
 	if !c.cfg.KeepStoreOpen {
@@ -233,6 +229,13 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	}
 	c.log.InfoContext(ctx, "leasehold coordinator stopped")
 	return nil
+}
+
+// streams returns how many worker streams are connected here.
+func (c *Coordinator) streams() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sessions)
 }
 
 // now is the time passed to store calls: zero (the store's clock) unless a

@@ -1,12 +1,10 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
+	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
@@ -35,37 +35,19 @@ func (faultyStore) ListJobs(ctx context.Context, _ store.ListJobsParams) (*store
 	return nil, ctx.Err()
 }
 
-// syncBuffer collects log output from handler goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // setup serves a coordinator over a real SQLite file (wrapped with faults)
 // on a real socket, logging at Debug into logs.
-func setup(t *testing.T, configure func(*Config)) (*grpc.ClientConn, *syncBuffer) {
+func setup(t *testing.T, configure func(*Config)) (*grpc.ClientConn, *testlog.Buffer) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "leasehold.db")})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	cfg := Config{
 		Store:  faultyStore{st},
-		Logger: slogDebug(logs),
+		Logger: logs.Logger(slog.LevelDebug),
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -41,8 +41,12 @@ func setup(t *testing.T, postgres bool, configure func(*coordinator.Config)) (*t
 	return s, newClients(s.Dial(t))
 }
 
-// engines runs f once per storage engine, as parallel subtests.
+// engines runs f once per storage engine, as parallel subtests, and
+// marks the calling test parallel too: each subtest has a coordinator and
+// a database of its own, and a sequential parent would hold back every
+// parallel test of the package until it ended.
 func engines(t *testing.T, f func(t *testing.T, postgres bool)) {
+	t.Parallel()
 	for _, e := range []struct {
 		name     string
 		postgres bool

@@ -50,6 +50,17 @@ func Up(ctx context.Context, db *sql.DB, engine Engine) ([]int64, error) {
 	return applied, nil
 }
 
+// Source returns the migration files of engine (NNN_name.up.sql), for
+// tools that need the SQL itself: the test helpers that copy a migrated
+// schema instead of migrating each test's.
+func Source(engine Engine) (fs.FS, error) {
+	switch engine {
+	case Postgres, SQLite:
+		return fs.Sub(files, string(engine))
+	}
+	return nil, fmt.Errorf("unknown engine %q", engine)
+}
+
 // Version returns the schema version currently applied to db.
 func Version(ctx context.Context, db *sql.DB, engine Engine) (int64, error) {
 	p, err := provider(ctx, db, engine)

@@ -6,6 +6,11 @@ import (
 )
 
 // backoff is a capped exponential delay: min × 2^attempt, at most max.
+//
+// It is not cenkalti/backoff/v5's ExponentialBackOff because that one
+// jitters around the interval, so a delay can exceed MaxInterval by half,
+// while Config.ReconnectMax is documented as a ceiling and Watch counts
+// attempts, which it does not expose.
 type backoff struct {
 	min, max time.Duration
 	attempt  int

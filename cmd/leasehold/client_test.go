@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -22,45 +22,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// syncBuffer is a goroutine-safe buffer that can wait for content: the
-// barrier between a command running in a goroutine and the test.
-type syncBuffer struct {
-	mu      sync.Mutex // guards buf and changed
-	buf     bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{changed: make(chan struct{})} }
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	close(b.changed)
-	b.changed = make(chan struct{})
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// waitFor blocks until the buffer contains s.
-func (b *syncBuffer) waitFor(t *testing.T, ctx context.Context, s string) {
+// waitFor blocks until b contains s, failing the test when ctx ends first:
+// the barrier between a command running in a goroutine and the test.
+func waitFor(t *testing.T, ctx context.Context, b *testlog.Buffer, s string) {
 	t.Helper()
-	for {
-		b.mu.Lock()
-		has, ch := strings.Contains(b.buf.String(), s), b.changed
-		b.mu.Unlock()
-		if has {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %q: %v; have:\n%s", s, ctx.Err(), b.String())
-		}
+	if err := b.WaitFor(ctx, s); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testlog"
 )
 
 // missingJobID is a well-formed job id (UUIDv7) that no test creates.
@@ -171,7 +172,7 @@ func TestJobCommands(t *testing.T) {
 
 	t.Run("watch streams events until the job is final", func(t *testing.T) {
 		j := h.createJob("--queue", "watch", "--kind", "k")
-		stdout, stderr := newSyncBuffer(), newSyncBuffer()
+		stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		done := make(chan int, 1)
@@ -180,7 +181,7 @@ func TestJobCommands(t *testing.T) {
 		}()
 		// The first event proves the stream is open; the cancel must then
 		// arrive live and end it.
-		stdout.waitFor(t, ctx, "EVENT_TYPE_QUEUED")
+		waitFor(t, ctx, stdout, "EVENT_TYPE_QUEUED")
 		h.ok("job", "cancel", j.GetId())
 		select {
 		case code := <-done:

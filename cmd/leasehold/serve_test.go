@@ -16,12 +16,13 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testlog"
 )
 
 // serveRun is `leasehold serve` running in-process until cancel.
 type serveRun struct {
 	addr   string
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	cancel context.CancelFunc
 	code   chan int
 }
@@ -41,7 +42,7 @@ func freeListenAddr(t *testing.T) string {
 func startServe(t *testing.T, env map[string]string, args ...string) *serveRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &serveRun{stderr: newSyncBuffer(), cancel: cancel, code: make(chan int, 1)}
+	r := &serveRun{stderr: &testlog.Buffer{}, cancel: cancel, code: make(chan int, 1)}
 	c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: r.stderr, getenv: func(k string) string { return env[k] }}
 	go func() { r.code <- c.run(ctx, append([]string{"serve"}, args...)) }()
 	t.Cleanup(func() {
@@ -54,7 +55,7 @@ func startServe(t *testing.T, env map[string]string, args ...string) *serveRun {
 	})
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
-	r.stderr.waitFor(t, wctx, "leasehold coordinator serving")
+	waitFor(t, wctx, r.stderr, "leasehold coordinator serving")
 	line := r.stderr.String()
 	i := strings.Index(line, "listen=")
 	r.addr = strings.Fields(line[i+len("listen="):])[0]

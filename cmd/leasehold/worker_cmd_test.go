@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/worker"
 
@@ -24,7 +25,7 @@ import (
 type execRun struct {
 	cancel context.CancelFunc
 	done   chan int
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	code   int
 	exited bool
 }
@@ -32,9 +33,9 @@ type execRun struct {
 func (h *harness) startExec(args ...string) *execRun {
 	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &execRun{cancel: cancel, done: make(chan int, 1), stderr: newSyncBuffer()}
+	r := &execRun{cancel: cancel, done: make(chan int, 1), stderr: &testlog.Buffer{}}
 	go func() {
-		r.done <- h.cli("", newSyncBuffer(), r.stderr).run(ctx, append([]string{"worker", "exec"}, args...))
+		r.done <- h.cli("", &testlog.Buffer{}, r.stderr).run(ctx, append([]string{"worker", "exec"}, args...))
 	}()
 	// Registered after the server's cleanup, so it runs first: the worker
 	// stops before its coordinator does.
@@ -174,7 +175,7 @@ func TestWorkerExecOutcomes(t *testing.T) {
 		if got.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || string(got.GetResult()) != want {
 			t.Fatalf("job %v; want SUCCEEDED with result %q", got, want)
 		}
-		w.stderr.waitFor(t, t.Context(), "progress: all good")
+		waitFor(t, t.Context(), w.stderr, "progress: all good")
 		// The table view shows the result too.
 		if r := h.ok("job", "get", j.GetId()); !strings.Contains(r.stdout, want) {
 			t.Errorf("job get:\n%s", r.stdout)
@@ -329,7 +330,7 @@ func TestWorkerExecCancel(t *testing.T) {
 		if b, err := os.ReadFile(marker); err != nil || !strings.Contains(string(b), "ignored TERM") {
 			t.Errorf("marker %q (%v): SIGTERM was not sent first", b, err)
 		}
-		w.stderr.waitFor(t, t.Context(), "killing it")
+		waitFor(t, t.Context(), w.stderr, "killing it")
 		w.stop(t)
 	})
 }
@@ -351,7 +352,7 @@ printf 'finished after %s' "$line"
 		w.cancel() // what SIGTERM does to the real process
 		// Let the script finish only once the worker is draining, so the
 		// job really completes during the shutdown.
-		w.stderr.waitFor(t, t.Context(), "worker stopping")
+		waitFor(t, t.Context(), w.stderr, "worker stopping")
 		writeFIFO(t, proceed, "shutdown")
 		if code := w.stop(t); code != exitOK {
 			t.Fatalf("worker exec exit %d; stderr:\n%s", code, w.stderr.String())
@@ -399,7 +400,7 @@ printf 'survived %s' "$line"
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	stderr := newSyncBuffer()
+	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	// The job's program inherits stderr but lives in its own group: should
 	// the test fail while it runs, Wait must not hang on its open pipe.
@@ -428,7 +429,7 @@ printf 'survived %s' "$line"
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	stderr.waitFor(t, t.Context(), "worker stopping")
+	waitFor(t, t.Context(), stderr, "worker stopping")
 	writeFIFO(t, proceed, "ctrl-c")
 	select {
 	case <-exited:

@@ -3,13 +3,13 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
@@ -22,7 +22,7 @@ const tenant = "t"
 func setup(t *testing.T, n int) store.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "d.db")})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

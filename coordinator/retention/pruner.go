@@ -5,9 +5,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/startstop"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -35,16 +35,17 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Pruner runs store.Prune periodically. Start returns at once; Stop blocks
-// until the loop ended and is safe twice.
+// Pruner runs store.Prune periodically. It is a startstop service: Start
+// returns at once; Stop blocks until the loop ended and is safe twice and
+// before Start.
 type Pruner struct {
+	startstop.BaseStartStop
+
 	cfg Config
 	log *slog.Logger
-
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
 }
+
+var _ startstop.Service = (*Pruner)(nil)
 
 // New returns a Pruner; it does nothing until Start.
 func New(cfg Config) *Pruner {
@@ -58,17 +59,15 @@ func New(cfg Config) *Pruner {
 }
 
 // Start runs a first pass at once, then one per interval, until Stop or
-// ctx ends. Starting twice is a no-op.
+// ctx ends. Starting a running Pruner is a no-op.
 func (p *Pruner) Start(ctx context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
+	ctx, shouldStart, started, stopped := p.StartInit(ctx)
+	if !shouldStart {
 		return
 	}
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
 	go func() {
-		defer close(p.done)
+		started()
+		defer stopped()
 		t := time.NewTicker(p.cfg.Interval)
 		defer t.Stop()
 		for {
@@ -82,18 +81,6 @@ func (p *Pruner) Start(ctx context.Context) {
 			}
 		}
 	}()
-}
-
-// Stop ends the loop and waits for it. Safe twice and before Start.
-func (p *Pruner) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }
 
 // runOnce prunes once. Finished jobs older than the retention are removed

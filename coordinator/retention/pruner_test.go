@@ -3,12 +3,12 @@ package retention
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func setup(t *testing.T, t0 time.Time) (st store.Store, finished, queued string) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "r.db")})
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +90,12 @@ func TestStartStopIsSafeTwice(t *testing.T) {
 	p.Stop() // before Start
 	p.Start(context.Background())
 	p.Start(context.Background())
+	<-p.Started()
 	p.Stop()
+	select {
+	case <-p.Stopped():
+	default:
+		t.Fatal("Stop returned before the pruning loop ended")
+	}
 	p.Stop()
 }

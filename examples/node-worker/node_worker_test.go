@@ -10,7 +10,6 @@ package nodeworker_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +34,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -68,6 +68,7 @@ const (
 //   - a payload that is not JSON fails non-retryably (FAILED);
 //   - a job cancelled while it runs is acknowledged with Cancel.
 func TestNodeWorkerHandlesEveryOutcome(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
 	defer cancel()
@@ -272,6 +273,7 @@ func TestNodeWorkerHandlesEveryOutcome(t *testing.T) {
 // job goes back to the queue through Release, without spending the attempt,
 // and the worker exits 0.
 func TestNodeWorkerReleasesOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	node := requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
 	defer cancel()
@@ -388,10 +390,10 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 // workerProcess is a running `node worker.js`.
 type workerProcess struct {
 	cmd    *exec.Cmd
-	stdout *syncBuffer   // JSON log lines
-	stderr *syncBuffer   // Node's own complaints, if any
-	done   chan struct{} // closed when the process has exited
-	err    error         // cmd.Wait's error, set before done is closed
+	stdout *testlog.Buffer // JSON log lines
+	stderr *testlog.Buffer // Node's own complaints, if any
+	done   chan struct{}   // closed when the process has exited
+	err    error           // cmd.Wait's error, set before done is closed
 }
 
 func startWorker(ctx context.Context, t *testing.T, node string, env map[string]string) *workerProcess {
@@ -401,7 +403,7 @@ func startWorker(ctx context.Context, t *testing.T, node string, env map[string]
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	w := &workerProcess{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	w := &workerProcess{cmd: cmd, stdout: &testlog.Buffer{}, stderr: &testlog.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = w.stdout
 	cmd.Stderr = w.stderr
 	if err := cmd.Start(); err != nil {
@@ -500,7 +502,7 @@ func (w *workerProcess) waitForLog(t *testing.T, msg, id string) {
 	}
 	timeout := time.After(workerTimeout)
 	for {
-		out, changed := w.stdout.snapshot()
+		out, changed := w.stdout.Snapshot()
 		if logged(out) {
 			return
 		}
@@ -578,38 +580,4 @@ func eventTypes(events []*pb.Event) []pb.EventType {
 func jsonEqual(got json.RawMessage, want string) bool {
 	var a, b any
 	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && reflect.DeepEqual(a, b)
-}
-
-// syncBuffer is a bytes.Buffer safe for the exec copier goroutines and the
-// test reading it at the same time. Readers can wait for the next write.
-type syncBuffer struct {
-	mu      sync.Mutex // guards b and changed
-	b       bytes.Buffer
-	changed chan struct{} // closed (and replaced) by every Write
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// snapshot returns the contents and a channel closed by the next Write.
-func (s *syncBuffer) snapshot() (string, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.b.String(), s.changed
 }

@@ -107,7 +107,8 @@ func TestBenchDrainPostgres(t *testing.T) {
 		t.Fatalf("the output does not name the run's schema:\n%s", out)
 	}
 	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema[1]).Scan(&exists); err != nil {
+	// Not ctx: it bounded the connect, and the run may have outlasted it.
+	if err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema[1]).Scan(&exists); err != nil {
 		t.Fatal(err)
 	}
 	if exists {

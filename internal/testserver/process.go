@@ -1,9 +1,10 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
-	"errors"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/leasehold/leasehold/internal/testlog"
 )
 
 // processStartTimeout bounds how long a started binary may take to report
@@ -32,27 +35,49 @@ var (
 	binErr  error
 )
 
-// Binary builds ./cmd/leasehold once per test process into a temporary
-// directory and returns the binary's path.
+// Binary builds ./cmd/leasehold once per test process and returns the
+// binary's path.
+//
+// The binary lives in the user's cache directory, in a folder of this
+// checkout's own (leasehold-test/<hash of the module root>), and is built
+// under a file lock there. go build leaves an up-to-date binary alone, so
+// the test binaries of one `go test ./...` link it once between them
+// instead of once each; a checkout whose code changed relinks it.
 func Binary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leasehold-testbin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leasehold")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/leasehold")
-		cmd.Dir = moduleRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = errors.New("go build ./cmd/leasehold: " + err.Error() + "\n" + string(out))
-		}
-	})
+	binOnce.Do(func() { binPath, binErr = buildBinary() })
 	if binErr != nil {
 		t.Fatalf("testserver: %v", binErr)
 	}
 	return binPath
+}
+
+func buildBinary() (string, error) {
+	root := moduleRoot()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "leasehold-test", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	path := filepath.Join(dir, "leasehold")
+	cmd := exec.Command("go", "build", "-o", path, "./cmd/leasehold")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/leasehold: %w\n%s", err, out)
+	}
+	return path, nil
 }
 
 // moduleRoot is the repository root: two directories above this file.
@@ -68,7 +93,7 @@ type Process struct {
 	// Cmd is the running command.
 	Cmd *exec.Cmd
 
-	stderr   *syncBuffer
+	stderr   *testlog.Buffer
 	exited   chan struct{} // closed when the process has exited
 	exitCode int
 	waitErr  error
@@ -100,7 +125,7 @@ func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 		}
 		args = append([]string{"--listen", addr}, args...)
 	}
-	p := &Process{Addr: addr, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &Process{Addr: addr, stderr: &testlog.Buffer{}, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	p.Cmd.Dir = t.TempDir()
 	p.Cmd.Stdout = p.stderr
@@ -211,25 +236,6 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Process) Output() string { return p.stderr.String() }
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and
-// readers in the test.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Dial returns an insecure client connection to the process, closed when
 // the test ends.

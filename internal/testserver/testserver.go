@@ -8,12 +8,9 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
-
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +20,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -30,8 +29,9 @@ import (
 
 // Options choose the engine and tweak the coordinator.
 type Options struct {
-	// Postgres selects PostgreSQL on a fresh pgtest schema (or on
-	// DatabaseURL when set). False: SQLite in t.TempDir() (or SQLitePath).
+	// Postgres selects PostgreSQL on a fresh migrated pgtest schema (or
+	// on DatabaseURL when set, migrated first). False: SQLite on a fresh
+	// migrated sqlitetest file (or SQLitePath).
 	Postgres bool
 	// Configure, when set, adjusts the coordinator config after the test
 	// defaults are applied.
@@ -60,11 +60,11 @@ type Server struct {
 	// SQLitePath is the database file (SQLite only).
 	SQLitePath string
 
+	t        testing.TB
 	opts     Options
 	served   chan error
 	stopOnce sync.Once
 	stopped  chan struct{}
-	logs     *logSink
 }
 
 // Start opens a store, starts a coordinator on 127.0.0.1:0 (or
@@ -73,16 +73,17 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := &Server{opts: opts, served: make(chan error, 1), stopped: make(chan struct{}), logs: &logSink{t: t}}
-	log := slog.New(slog.NewTextHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s := &Server{t: t, opts: opts, served: make(chan error, 1), stopped: make(chan struct{})}
+	// The coordinator's log goes to the test's output until the test's
+	// cleanups have run (Stop is one of them); later lines are dropped.
+	log := slog.New(testlog.NewHandler(t, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	var st store.Store
 	if opts.Postgres || opts.DatabaseURL != "" {
 		s.DatabaseURL = opts.DatabaseURL
 		if s.DatabaseURL == "" {
-			s.DatabaseURL = pgtest.Schema(t)
-		}
-		if err := postgres.Migrate(ctx, s.DatabaseURL); err != nil {
+			s.DatabaseURL = pgtest.MigratedSchema(t)
+		} else if err := postgres.Migrate(ctx, s.DatabaseURL); err != nil {
 			t.Fatalf("testserver: migrate postgres: %v", err)
 		}
 		pg, err := postgres.Open(ctx, postgres.Config{DatabaseURL: s.DatabaseURL, Options: opts.EngineOptions, Logger: log})
@@ -93,7 +94,7 @@ func Start(t testing.TB, opts Options) *Server {
 	} else {
 		s.SQLitePath = opts.SQLitePath
 		if s.SQLitePath == "" {
-			s.SQLitePath = filepath.Join(t.TempDir(), "leasehold.db")
+			s.SQLitePath = sqlitetest.Path(t)
 		}
 		lite, err := sqlite.Open(ctx, sqlite.Config{Path: s.SQLitePath, Options: opts.EngineOptions, Logger: log})
 		if err != nil {
@@ -142,12 +143,11 @@ func (s *Server) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := s.Coordinator.Shutdown(ctx); err != nil {
-			s.logs.errorf("testserver: shutdown: %v", err)
+			s.t.Errorf("testserver: shutdown: %v", err)
 		}
 		if err := <-s.served; err != nil {
-			s.logs.errorf("testserver: serve: %v", err)
+			s.t.Errorf("testserver: serve: %v", err)
 		}
-		s.logs.close()
 	})
 }
 
@@ -178,38 +178,6 @@ func Restart(t testing.TB, s *Server) *Server {
 	opts.DatabaseURL = s.DatabaseURL
 	opts.SQLitePath = s.SQLitePath
 	return Start(t, opts)
-}
-
-// logSink forwards the coordinator's log lines to t.Log until the server
-// stops: logging through t after the test ended would panic, and lines
-// written after Stop have nobody to read them.
-type logSink struct {
-	t      testing.TB
-	mu     sync.Mutex // guards closed
-	closed bool
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.t.Log(string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (l *logSink) errorf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.t.Errorf(format, args...)
-	}
-}
-
-func (l *logSink) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
 }
 
 // freeAddr returns 127.0.0.1:<a port that was free a moment ago>.

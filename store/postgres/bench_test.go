@@ -11,10 +11,7 @@ import (
 
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store {
-		url := pgtest.Schema(b)
-		if err := postgres.Migrate(b.Context(), url); err != nil {
-			b.Fatalf("migrate: %v", err)
-		}
+		url := pgtest.MigratedSchema(b)
 		s, err := postgres.Open(b.Context(), postgres.Config{DatabaseURL: url, MaxConns: 4})
 		if err != nil {
 			b.Fatalf("open: %v", err)

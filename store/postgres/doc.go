@@ -62,6 +62,8 @@
 // queue. The channel is leasehold_jobs in the public schema and
 // leasehold_jobs_<hash of the schema> elsewhere, so that schemas sharing a
 // database do not wake each other. SubscribeJobs LISTENs on a dedicated
-// connection outside the pool and reconnects with backoff when that
-// connection drops.
+// connection outside the pool (pgxlisten, run as a startstop service) and
+// reconnects after a second when that connection drops. Payloads carry
+// their kind (see notification in notifier.go), so other kinds of
+// notification can share the channel.
 package postgres

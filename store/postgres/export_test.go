@@ -16,9 +16,8 @@ func DatabaseURL(s *Store) string { return s.cfg.DatabaseURL }
 // directly.
 func Pool(s *Store) *pgxpool.Pool { return s.pool }
 
-// SetOnListen installs a hook called with the backend pid each time a
-// listener connection has issued LISTEN. Call it before SubscribeJobs.
-func SetOnListen(s *Store, fn func(pid uint32)) { s.onListen = fn }
+// Channel is the NOTIFY channel of the store's schema.
+func Channel(s *Store) string { return s.channel }
 
 // The exact statements ClaimMany and ReapExpired run, for EXPLAIN.
 const (

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgxlisten"
 
+	"github.com/leasehold/leasehold/internal/startstop"
 	"github.com/leasehold/leasehold/store"
 )
 
-// notifyChannel is the LISTEN/NOTIFY channel of job wake-ups in the public
-// schema. A payload is tenant + "\x1f" + queue; queue names cannot contain
-// the separator, so the last one splits it even if a tenant does.
+// notifyChannel is the LISTEN/NOTIFY channel of the public schema.
 const notifyChannel = "leasehold_jobs"
 
 // channelFor is the channel of the stores working in schema. Channels are
@@ -31,32 +32,69 @@ func channelFor(schema string) string {
 	return fmt.Sprintf("%s_%08x", notifyChannel, crc32.ChecksumIEEE([]byte(schema)))
 }
 
-const notifySeparator = "\x1f"
+// Payloads. Every payload ends with its kind after the last separator:
+//
+//	job wake-up:  tenant 0x1f queue
+//	other kinds:  body 0x1f 0x1e kind
+//
+// The job wake-up is the format from before there were kinds (coordinators
+// of both versions share the channel during a rolling upgrade); its last
+// part is a queue name, which never starts with the kind mark, so the two
+// shapes cannot be confused whatever a tenant contains. A coordinator
+// ignores kinds it does not know.
+const (
+	notifySeparator = "\x1f"
+	notifyKindMark  = "\x1e"
+)
 
 // subscriberBuffer is how many wake-ups a slow subscriber may have pending
 // before new ones are dropped (they are hints; dispatchers also poll).
 const subscriberBuffer = 256
 
-// Listener reconnection backoff.
-const (
-	listenBackoffMin = 100 * time.Millisecond
-	listenBackoffMax = 10 * time.Second
-)
+// listenReconnectDelay is how long a listener whose connection dropped (or
+// could not be opened) waits before it connects again. Notifications sent
+// meanwhile are lost; dispatchers poll, so a wake-up is late, not missed.
+// One attempt a second per coordinator is cheap for a database that is
+// back, and quick enough that streams seldom wait for a poll.
+const listenReconnectDelay = time.Second
 
 func encodeNotification(tenant, queue string) string {
 	return tenant + notifySeparator + queue
 }
 
-func decodeNotification(payload string) (store.QueueRef, bool) {
+// notification is one decoded payload; exactly one field is set.
+//
+// Adding a kind (the queue-policy and breaker invalidations, say): a field
+// here, a case in decodeNotification for its kind name, a case in
+// listener.deliver that hands it to its subscribers, and a sender that
+// writes body + notifySeparator + notifyKindMark + kind.
+type notification struct {
+	// jobs: jobs became available in this queue (created, rescheduled,
+	// released).
+	jobs *store.QueueRef
+}
+
+// decodeNotification decodes a payload; ok is false for a malformed one
+// or a kind this version does not know.
+func decodeNotification(payload string) (_ notification, ok bool) {
 	i := strings.LastIndex(payload, notifySeparator)
 	if i < 0 {
-		return store.QueueRef{}, false
+		return notification{}, false
 	}
-	ref := store.QueueRef{Tenant: payload[:i], Queue: payload[i+len(notifySeparator):]}
-	if ref.Tenant == "" || !store.ValidName(ref.Queue) {
-		return store.QueueRef{}, false
+	body, last := payload[:i], payload[i+len(notifySeparator):]
+	kind, tagged := strings.CutPrefix(last, notifyKindMark)
+	if !tagged {
+		ref := store.QueueRef{Tenant: body, Queue: last}
+		if ref.Tenant == "" || !store.ValidName(ref.Queue) {
+			return notification{}, false
+		}
+		return notification{jobs: &ref}, true
 	}
-	return ref, true
+	switch kind {
+	// A new kind decodes body here (see notification).
+	default:
+		return notification{}, false // a newer coordinator's kind
+	}
 }
 
 // errStoreClosed is returned by SubscribeJobs after Close.
@@ -65,100 +103,174 @@ var errStoreClosed = errors.New("postgres store is closed")
 // SubscribeJobs implements store.JobNotifier. It returns once LISTEN is
 // active, so a job created after it returns is always seen (unless the
 // connection drops: notifications sent while the listener reconnects are
-// lost, which dispatchers cover by polling). The channel closes when ctx is
-// done or the store is closed.
+// lost, which dispatchers cover by polling), or with the error of the
+// first attempt. The channel closes when ctx is done or the store is
+// closed.
 func (s *Store) SubscribeJobs(ctx context.Context) (<-chan store.QueueRef, error) {
-	conn, err := s.listen(ctx)
-	if err != nil {
-		return nil, s.readError(ctx, "subscribe_jobs", err)
+	l := &listener{
+		channel: s.channel,
+		connect: func(ctx context.Context) (*pgx.Conn, error) {
+			// Outside the pool: a LISTEN must not go back to it.
+			return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
+		},
+		log:       s.logger,
+		jobs:      make(chan store.QueueRef, subscriberBuffer),
+		listening: make(chan struct{}),
+		firstErr:  make(chan error, 1),
 	}
 	s.listenersMu.Lock()
-	defer s.listenersMu.Unlock()
 	if s.closed {
-		closeConn(conn)
+		s.listenersMu.Unlock()
 		return nil, errStoreClosed
 	}
-	ch := make(chan store.QueueRef, subscriberBuffer)
-	s.listeners.Add(1)
-	go s.runListener(ctx, conn, ch)
-	return ch, nil
-}
-
-// listen opens a connection outside the pool (a LISTEN must not go back to
-// the pool) and subscribes it to the store's channel.
-func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
-	if err != nil {
-		return nil, err
+	s.listeners[l] = struct{}{}
+	s.listenersMu.Unlock()
+	l.onStop = func() {
+		s.listenersMu.Lock()
+		defer s.listenersMu.Unlock()
+		delete(s.listeners, l)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		closeConn(conn)
-		return nil, err
-	}
-	if s.onListen != nil {
-		s.onListen(conn.PgConn().PID())
-	}
-	return conn, nil
-}
 
-func closeConn(conn *pgx.Conn) {
-	// The caller's ctx may be done; closing must still send Terminate.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = conn.Close(ctx)
-}
-
-// runListener forwards notifications until ctx is done or the store
-// closes, reconnecting with exponential backoff when the connection drops.
-func (s *Store) runListener(ctx context.Context, conn *pgx.Conn, ch chan<- store.QueueRef) {
-	defer s.listeners.Done()
-	defer close(ch)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.closeCtx, cancel)
-	defer stop()
-
-	backoff := listenBackoffMin
-	for {
-		for conn != nil {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				closeConn(conn)
-				conn = nil
-				if ctx.Err() != nil {
-					return
-				}
-				s.logger.WarnContext(ctx, "job notification listener lost its connection; reconnecting",
-					slog.Any("error", interpretError(err)))
-				break
-			}
-			backoff = listenBackoffMin
-			ref, ok := decodeNotification(n.Payload)
-			if !ok {
-				continue
-			}
-			select {
-			case ch <- ref:
-			default: // the subscriber is behind; wake-ups are hints
-			}
+	l.Start(ctx)
+	select {
+	case <-l.listening:
+		return l.jobs, nil
+	case err := <-l.firstErr:
+		l.Stop()
+		return nil, s.readError(ctx, "subscribe_jobs", err)
+	case <-l.Stopped():
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		timer := time.NewTimer(backoff)
+		return nil, errStoreClosed
+	}
+}
+
+// stopListeners stops every subscription's listener and waits for them.
+func (s *Store) stopListeners() {
+	s.listenersMu.Lock()
+	s.closed = true
+	ls := make([]*listener, 0, len(s.listeners))
+	for l := range s.listeners {
+		ls = append(ls, l)
+	}
+	s.listenersMu.Unlock()
+	// Not under listenersMu: a stopping listener takes it to unregister.
+	for _, l := range ls {
+		l.Stop()
+	}
+}
+
+// listener is one subscription's LISTEN connection: a startstop service
+// around pgxlisten.Listener, which connects, LISTENs, hands each
+// notification to HandleNotification and reconnects after
+// listenReconnectDelay when the connection drops. It runs once.
+type listener struct {
+	startstop.BaseStartStop
+
+	channel string
+	connect func(context.Context) (*pgx.Conn, error)
+	log     *slog.Logger
+	// jobs is the subscriber's channel; closed when the listener stops.
+	jobs chan store.QueueRef
+	// listening is closed once LISTEN is first active; firstErr gets the
+	// failure of an attempt before that (SubscribeJobs returns it).
+	listening chan struct{}
+	firstErr  chan error
+	// onStop unregisters the listener from its store.
+	onStop func()
+
+	// failing is whether the connection is down and that was logged.
+	// Only the Listen goroutine (which calls every hook) touches it.
+	failing bool
+}
+
+var (
+	_ startstop.Service        = (*listener)(nil)
+	_ pgxlisten.BacklogHandler = (*listener)(nil)
+)
+
+// Start runs the listener until Stop or ctx ends.
+func (l *listener) Start(ctx context.Context) {
+	ctx, shouldStart, started, stopped := l.StartInit(ctx)
+	if !shouldStart {
+		return
+	}
+	pl := &pgxlisten.Listener{
+		Connect:        l.connect,
+		LogError:       l.logError,
+		ReconnectDelay: listenReconnectDelay,
+	}
+	pl.Handle(l.channel, l)
+	go func() {
+		started()
+		defer stopped()
+		defer l.onStop()
+		defer close(l.jobs)
+		_ = pl.Listen(ctx) // returns only once ctx is done; it retries every other error
+	}()
+}
+
+// HandleBacklog is called each time LISTEN has become active on a new
+// connection. There is no backlog to read (a wake-up is a hint, and the
+// dispatchers poll for what was missed); it marks the listener as
+// listening.
+func (l *listener) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) error {
+	select {
+	case <-l.listening:
+		if l.failing {
+			l.failing = false
+			l.log.InfoContext(ctx, "job notification listener is listening again")
+		}
+	default:
+		close(l.listening)
+	}
+	return nil
+}
+
+// HandleNotification decodes a payload and delivers it.
+func (l *listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if msg, ok := decodeNotification(n.Payload); ok {
+		l.deliver(msg)
+	}
+	return nil
+}
+
+// deliver hands a notification to the subscribers of its kind without
+// blocking: the Listen goroutine must keep reading the connection.
+func (l *listener) deliver(n notification) {
+	switch {
+	case n.jobs != nil:
 		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
+		case l.jobs <- *n.jobs:
+		default: // the subscriber is behind; wake-ups are hints
 		}
-		backoff = min(2*backoff, listenBackoffMax)
-		c, err := s.listen(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.logger.WarnContext(ctx, "job notification listener cannot reconnect",
-				slog.Any("error", interpretError(err)), slog.Duration("retry_in", backoff))
-			continue
-		}
-		conn = c
 	}
+}
+
+// logError receives pgxlisten's errors: a connection that failed or
+// dropped (retried after listenReconnectDelay). Before the first LISTEN
+// the error goes to SubscribeJobs; after it, an outage is logged at Warn
+// once and each further failed attempt at Debug.
+func (l *listener) logError(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopping
+	}
+	select {
+	case <-l.listening:
+	default:
+		select {
+		case l.firstErr <- err:
+		default:
+		}
+		return
+	}
+	if !l.failing {
+		l.failing = true
+		l.log.WarnContext(ctx, "job notification listener lost its connection; reconnecting",
+			slog.Any("error", interpretError(err)), slog.Duration("retry_in", listenReconnectDelay))
+		return
+	}
+	l.log.DebugContext(ctx, "job notification listener cannot reconnect yet",
+		slog.Any("error", interpretError(err)), slog.Duration("retry_in", listenReconnectDelay))
 }

@@ -62,20 +62,13 @@ type Store struct {
 	// channelFor).
 	channel string
 
-	// closeCtx is cancelled by Close so that listener goroutines end even
-	// when their subscriber's ctx is still live; listeners counts them.
-	// listenersMu guards closed and orders listeners.Add before Close's
-	// Wait.
-	closeCtx    context.Context
-	closeFn     context.CancelFunc
+	// listeners are the running subscriptions (SubscribeJobs), which Close
+	// stops even when their subscriber's ctx is still live. listenersMu
+	// guards listeners and closed; once closed, none is added.
 	listenersMu sync.Mutex
+	listeners   map[*listener]struct{}
 	closed      bool
-	listeners   sync.WaitGroup
 	closeOnce   sync.Once
-
-	// onListen, when set (tests only), is called with the backend pid each
-	// time a listener connection has issued LISTEN.
-	onListen func(pid uint32)
 }
 
 var (
@@ -124,15 +117,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	closeCtx, closeFn := context.WithCancel(context.Background())
 	s := &Store{
-		pool:     pool,
-		cfg:      cfg,
-		opts:     cfg.Options.WithDefaults(),
-		logger:   logger,
-		channel:  channelFor(schema),
-		closeCtx: closeCtx,
-		closeFn:  closeFn,
+		pool:      pool,
+		cfg:       cfg,
+		opts:      cfg.Options.WithDefaults(),
+		logger:    logger,
+		channel:   channelFor(schema),
+		listeners: make(map[*listener]struct{}),
 	}
 	s.policies = &store.PolicyCache{Load: s.loadPolicyRefs}
 	// A batch is bounded in calls (each of at most store.BatchMaxItems
@@ -183,11 +174,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.creates.Close()
 		s.reports.Close()
-		s.listenersMu.Lock()
-		s.closed = true
-		s.listenersMu.Unlock()
-		s.closeFn()
-		s.listeners.Wait()
+		s.stopListeners()
 		s.pool.Close()
 	})
 	return nil

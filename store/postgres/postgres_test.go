@@ -21,16 +21,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// migrated returns the URL of a fresh, migrated schema of its own.
+// migrated returns the URL of a fresh, migrated schema of its own (a copy
+// of a template migrated once per test binary; TestMigrateConcurrently
+// and the harness's Remigrate run goose for real).
 func migrated(t *testing.T) string {
 	t.Helper()
-	url := pgtest.Schema(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := postgres.Migrate(ctx, url); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return url
+	return pgtest.MigratedSchema(t)
 }
 
 // open opens a store on url and closes it when the test ends.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
@@ -103,7 +104,7 @@ func TestOpenRefusesPathsItCannotServe(t *testing.T) {
 
 func TestAcceptedJobSurvivesAReopen(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "leasehold.db")
+	path := sqlitetest.Path(t)
 	s, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestStoreClockIsUTCMicroseconds(t *testing.T) {
 	loc := time.FixedZone("UTC+5:30", 5*3600+1800)
 	wall := time.Date(2031, 6, 1, 12, 0, 0, 123456789, loc)
 	s, err := sqlite.Open(t.Context(), sqlite.Config{
-		Path: filepath.Join(t.TempDir(), "clock.db"),
+		Path: sqlitetest.Path(t),
 		Now:  func() time.Time { return wall },
 	})
 	if err != nil {
@@ -152,7 +153,7 @@ func TestStoreClockIsUTCMicroseconds(t *testing.T) {
 
 func TestBadPageTokensAreInvalidArguments(t *testing.T) {
 	t.Parallel()
-	s := open(t, filepath.Join(t.TempDir(), "cursor.db"), store.EngineOptions{})
+	s := open(t, sqlitetest.Path(t), store.EngineOptions{})
 	for range 3 {
 		create(t, s, "t1", spec("q"), t0)
 	}
@@ -205,7 +206,7 @@ func quiet(t *testing.T, ch <-chan store.QueueRef, what string) {
 
 func TestNotifierSignalsWorkThatBecameAvailable(t *testing.T) {
 	t.Parallel()
-	s := open(t, filepath.Join(t.TempDir(), "notify.db"), store.EngineOptions{})
+	s := open(t, sqlitetest.Path(t), store.EngineOptions{})
 	ctx, cancel := context.WithCancel(t.Context())
 	ch, err := s.SubscribeJobs(ctx)
 	if err != nil {
@@ -249,7 +250,7 @@ func TestNotifierSignalsWorkThatBecameAvailable(t *testing.T) {
 	recv(t, ch, "release")
 
 	// A failed commit signals nothing.
-	bad := open(t, filepath.Join(t.TempDir(), "notify-fail.db"), store.EngineOptions{BeforeCommit: func(string) error { return errors.New("injected") }})
+	bad := open(t, sqlitetest.Path(t), store.EngineOptions{BeforeCommit: func(string) error { return errors.New("injected") }})
 	badCh, err := bad.SubscribeJobs(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func wantTypes(t *testing.T, got []store.EventType, want ...store.EventType) {
 // could never be claimed.
 func TestRetryOfACancelRequestedJobCancelsIt(t *testing.T) {
 	t.Parallel()
-	s := open(t, filepath.Join(t.TempDir(), "retry-cancel.db"), store.EngineOptions{})
+	s := open(t, sqlitetest.Path(t), store.EngineOptions{})
 	j := create(t, s, "t", spec("q"), t0)
 	c := claimOne(t, s, "t", "q", t0.Add(time.Second))
 	if _, err := s.RequestCancel(t.Context(), store.RequestCancelParams{Tenant: "t", JobID: j.ID, Reason: "stop", Now: t0.Add(2 * time.Second)}); err != nil {
@@ -356,7 +357,7 @@ func TestRetryOfACancelRequestedJobCancelsIt(t *testing.T) {
 // exceeds its concurrency limit.
 func TestClaimAcrossQueuesKeepsOrderAndLimits(t *testing.T) {
 	t.Parallel()
-	s := open(t, filepath.Join(t.TempDir(), "limits.db"), store.EngineOptions{})
+	s := open(t, sqlitetest.Path(t), store.EngineOptions{})
 	if _, err := s.UpdateQueuePolicy(t.Context(), "t", store.QueuePolicy{Queue: "scarce", ConcurrencyLimit: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/internal/sqlitetest"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 	"github.com/leasehold/leasehold/store/storetest"
@@ -85,7 +85,7 @@ func harness() storetest.Harness {
 	return storetest.Harness{
 		Engine: sqlite.Engine,
 		New: func(t *testing.T, opts store.EngineOptions) store.Store {
-			return open(t, filepath.Join(t.TempDir(), "leasehold.db"), opts)
+			return open(t, sqlitetest.Path(t), opts)
 		},
 		NewShared: func(t *testing.T, s store.Store, opts store.EngineOptions) store.Store {
 			return open(t, pathOf(t, s), opts)
@@ -98,5 +98,6 @@ func harness() storetest.Harness {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, harness())
 }

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -303,33 +303,10 @@ type fakeClock struct{ offset atomic.Int64 }
 func (c *fakeClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *fakeClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-// testLogger sends the worker's logs to t.Log until the test ends (logging
-// through t afterwards would panic).
+// testLogger is the worker's logger: the test's output, each record
+// marked as the worker's (the coordinator logs there too).
 func testLogger(t *testing.T) *slog.Logger {
-	sink := &logSink{t: t}
-	t.Cleanup(sink.close)
-	return slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type logSink struct {
-	t      *testing.T
-	mu     sync.Mutex // guards closed
-	closed bool
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.t.Log("worker: " + string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (l *logSink) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
+	return testlog.Logger(t).With(slog.String("side", "worker"))
 }
 
 // recv waits (bounded) for a value on ch.
