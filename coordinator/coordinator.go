@@ -33,6 +33,10 @@ type Coordinator struct {
 
 	grpc       *grpc.Server
 	health     *health.Server
+	// auth resolves each call's caller (auth.go); workerOwners caches
+	// which principal owns which worker id (worker_identity.go).
+	auth         *authenticator
+	workerOwners workerOwners
 	dispatcher *dispatch.Dispatcher
 	pruner     *retention.Pruner
 	changes    *broadcast
@@ -83,6 +87,10 @@ func New(cfg Config) (*Coordinator, error) {
 		sessions:     make(map[sessionKey]*session),
 		holders:      make(map[jobKey]*session),
 	}
+	c.auth = &authenticator{
+		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
+		cache: newPrincipalCache(cfg.AuthCacheTTL), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+	}
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
@@ -129,7 +137,8 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	})
 	c.log.Info("leasehold coordinator serving",
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
-		slog.String("coordinator_id", c.cfg.ID))
+		slog.String("coordinator_id", c.cfg.ID), slog.String("auth", string(c.cfg.Auth)),
+		slog.Bool("tls", c.cfg.TLS != nil))
 	err := c.grpc.Serve(lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
