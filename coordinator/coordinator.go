@@ -33,16 +33,17 @@ type Coordinator struct {
 
 	grpc       *grpc.Server
 	health     *health.Server
-	// auth resolves each call's caller (auth.go); workerOwners caches
-	// which principal owns which worker id (worker_identity.go).
-	auth         *authenticator
-	workerOwners workerOwners
 	dispatcher *dispatch.Dispatcher
 	pruner     *retention.Pruner
 	changes    *broadcast
 	activity   activity
 	// activityDone is closed when the activity reporter has returned.
 	activityDone chan struct{}
+
+	// auth resolves each call's caller (auth.go); workerOwners caches
+	// which principal owns which worker id (worker_identity.go).
+	auth         *authenticator
+	workerOwners workerOwners
 
 	// bgCtx carries the dispatcher, maintenance and every stream session;
 	// cancelling it (with errShuttingDown) is the hard stop.
