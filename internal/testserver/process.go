@@ -69,7 +69,8 @@ type Process struct {
 	Cmd *exec.Cmd
 
 	stderr   *syncBuffer
-	exited   chan struct{} // closed when the process has exited
+	dialOpts []grpc.DialOption // how Dial and the start-up health watch connect
+	exited   chan struct{}     // closed when the process has exited
 	exitCode int
 	waitErr  error
 }
@@ -91,6 +92,14 @@ func StartProcess(t testing.TB, args ...string) *Process {
 // collector.
 func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
+	return StartProcessDial(t, nil, env, args...)
+}
+
+// StartProcessDial is StartProcessEnv for a coordinator that needs more
+// than a plaintext connection (TLS, client certificates): dialOpts are
+// used to watch its health at start and by Dial. Nil means plaintext.
+func StartProcessDial(t testing.TB, dialOpts []grpc.DialOption, env []string, args ...string) *Process {
+	t.Helper()
 	bin := Binary(t)
 	addr := listenArg(args)
 	if addr == "" {
@@ -100,7 +109,7 @@ func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 		}
 		args = append([]string{"--listen", addr}, args...)
 	}
-	p := &Process{Addr: addr, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &Process{Addr: addr, stderr: &syncBuffer{}, dialOpts: dialOpts, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	p.Cmd.Dir = t.TempDir()
 	p.Cmd.Stdout = p.stderr
@@ -171,7 +180,7 @@ func (p *Process) waitServing(t testing.TB) {
 		case <-ctx.Done():
 		}
 	}()
-	conn := dial(t, p.Addr)
+	conn := dial(t, p.Addr, p.dialOpts...)
 	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 	if err == nil {
 		for {
@@ -231,9 +240,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// Dial returns an insecure client connection to the process, closed when
-// the test ends.
+// Dial returns a client connection to the process (plaintext unless it was
+// started with dial options), closed when the test ends.
 func (p *Process) Dial(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	return dial(t, p.Addr)
+	return dial(t, p.Addr, p.dialOpts...)
 }
