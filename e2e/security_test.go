@@ -144,7 +144,9 @@ func runOneJob(t *testing.T, producer *worker.Client, workerConn *grpc.ClientCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle("greet", func(_ context.Context, j *worker.Job) ([]byte, error) { return append([]byte("hello "), j.Payload...), nil })
+	w.Handle("greet", func(_ context.Context, j *worker.Job) ([]byte, error) {
+		return append([]byte("hello "), j.Payload...), nil
+	})
 	wctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(wctx) }()
