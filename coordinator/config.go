@@ -16,8 +16,8 @@ import (
 
 // Defaults of Config. Each field's doc names the constant it falls back to.
 const (
-	// TenantDefault is the tenant every call runs as until authentication
-	// assigns tenants per caller.
+	// TenantDefault is the tenant every call runs as with AuthNone (with
+	// authentication, each caller's principal has its own).
 	TenantDefault = "default"
 	// VersionDefault is reported by GetVersion when Config.Version is empty.
 	VersionDefault = "dev"
