@@ -2,8 +2,11 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -26,6 +29,9 @@ func (a *adminService) ListQueues(ctx context.Context, _ *leaseholdv1.ListQueues
 	}
 	out := make([]*leaseholdv1.QueueSummary, 0, len(qs))
 	for i := range qs {
+		if !inScope(ctx, qs[i].Policy.Queue) {
+			continue
+		}
 		out = append(out, &leaseholdv1.QueueSummary{Policy: toQueuePolicy(&qs[i].Policy), Stats: toQueueStats(&qs[i].Stats)})
 	}
 	return &leaseholdv1.ListQueuesResponse{Queues: out}, nil
@@ -36,6 +42,9 @@ func (a *adminService) GetQueue(ctx context.Context, req *leaseholdv1.GetQueueRe
 	q, err := c.v.GetQueue(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := checkQueue(ctx, "queue", q); err != nil {
+		return nil, err
 	}
 	tenant := tenantFrom(ctx)
 	pol, err := c.store.GetQueuePolicy(ctx, tenant, q)
@@ -55,11 +64,20 @@ func (a *adminService) UpdateQueuePolicy(ctx context.Context, req *leaseholdv1.U
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := checkQueue(ctx, "policy.queue", qp.Queue); err != nil {
+		return nil, err
+	}
 	pol, err := c.store.UpdateQueuePolicy(ctx, tenantFrom(ctx), qp)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	return &leaseholdv1.UpdateQueuePolicyResponse{Policy: toQueuePolicy(pol)}, nil
+	out := toQueuePolicy(pol)
+	var data map[string]any
+	if b, err := protojson.Marshal(out); err == nil {
+		data = map[string]any{"policy": json.RawMessage(b)}
+	}
+	c.audit(ctx, store.AuditQueuePolicyUpdated, pol.Queue, data)
+	return &leaseholdv1.UpdateQueuePolicyResponse{Policy: out}, nil
 }
 
 func (a *adminService) PauseQueue(ctx context.Context, req *leaseholdv1.PauseQueueRequest) (*leaseholdv1.PauseQueueResponse, error) {
@@ -89,14 +107,20 @@ func (a *adminService) ResumeQueue(ctx context.Context, req *leaseholdv1.ResumeQ
 // setPaused pauses or resumes a validated queue name.
 func (a *adminService) setPaused(ctx context.Context, q string, paused bool) (*leaseholdv1.QueuePolicy, error) {
 	c := a.c
+	if err := checkQueue(ctx, "queue", q); err != nil {
+		return nil, err
+	}
 	tenant := tenantFrom(ctx)
 	pol, err := c.store.SetQueuePaused(ctx, tenant, q, paused)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	action := store.AuditQueuePaused
 	if !paused {
+		action = store.AuditQueueResumed
 		c.dispatcher.Wake(tenant, q) // its waiting jobs are claimable again
 	}
+	c.audit(ctx, action, q, nil)
 	return toQueuePolicy(pol), nil
 }
 
@@ -106,6 +130,11 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if p.Queue != "" {
+		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListDeadJobs(ctx, p)
 	if err != nil {
@@ -113,6 +142,9 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 	}
 	out := make([]*leaseholdv1.DeadJob, 0, len(page.DeadJobs))
 	for _, d := range page.DeadJobs {
+		if !inScope(ctx, d.Job.Queue) {
+			continue // a scoped caller sees its queues' part of each page
+		}
 		out = append(out, toDeadJob(d))
 	}
 	return &leaseholdv1.ListDeadJobsResponse{DeadJobs: out, NextPageToken: page.NextCursor}, nil
@@ -123,6 +155,9 @@ func (a *adminService) GetDeadJob(ctx context.Context, req *leaseholdv1.GetDeadJ
 	id, err := c.v.GetDeadJob(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, id); err != nil {
+		return nil, err
 	}
 	d, err := c.store.GetDeadJob(ctx, tenantFrom(ctx), id)
 	if err != nil {
@@ -137,12 +172,18 @@ func (a *adminService) ReplayDeadJob(ctx context.Context, req *leaseholdv1.Repla
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkJobInScope(ctx, p.JobID); err != nil {
+		return nil, err
+	}
 	tenant := tenantFrom(ctx)
-	p.Tenant, p.Now = tenant, c.now()
+	p.Tenant, p.Now, p.Actor = tenant, c.now(), callerFrom(ctx).identity
 	job, again, err := c.store.ReplayDeadJob(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditDeadJobReplayed, p.JobID, map[string]any{
+		"replayed_as": job.ID, "reason": p.Reason, "already_replayed": again, "queue": job.Queue,
+	})
 	if !again {
 		c.dispatcher.Wake(tenant, job.Queue)
 	}
@@ -156,11 +197,15 @@ func (a *adminService) AbandonDeadJob(ctx context.Context, req *leaseholdv1.Aban
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	if err := c.checkJobInScope(ctx, p.JobID); err != nil {
+		return nil, err
+	}
+	p.Tenant, p.Now, p.Actor = tenantFrom(ctx), c.now(), callerFrom(ctx).identity
 	d, err := c.store.AbandonDeadJob(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditDeadJobAbandoned, p.JobID, map[string]any{"reason": p.Reason, "queue": d.Job.Queue})
 	c.changes.notify()
 	return &leaseholdv1.AbandonDeadJobResponse{DeadJob: toDeadJob(d)}, nil
 }
@@ -183,5 +228,13 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 }
 
 func (a *adminService) ListWorkers(ctx context.Context, _ *leaseholdv1.ListWorkersRequest) (*leaseholdv1.ListWorkersResponse, error) {
-	return &leaseholdv1.ListWorkersResponse{Workers: a.c.workers(tenantFrom(ctx))}, nil
+	ws := a.c.workers(tenantFrom(ctx))
+	if callerFrom(ctx).scoped() {
+		// A scoped caller sees the workers that consume one of its
+		// queues.
+		ws = slices.DeleteFunc(ws, func(w *leaseholdv1.WorkerInfo) bool {
+			return !slices.ContainsFunc(w.GetQueues(), func(q string) bool { return inScope(ctx, q) })
+		})
+	}
+	return &leaseholdv1.ListWorkersResponse{Workers: ws}, nil
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,8 @@ import (
 
 // Defaults of Config. Each field's doc names the constant it falls back to.
 const (
-	// TenantDefault is the tenant every call runs as until authentication
-	// assigns tenants per caller.
+	// TenantDefault is the tenant every call runs as with AuthNone (with
+	// authentication, each caller's principal has its own).
 	TenantDefault = "default"
 	// VersionDefault is reported by GetVersion when Config.Version is empty.
 	VersionDefault = "dev"
@@ -45,6 +46,14 @@ const (
 	// MaxConcurrentStreamsDefault bounds concurrent RPCs per client
 	// connection (HTTP/2 streams).
 	MaxConcurrentStreamsDefault = 1000
+	// AuthCacheTTLDefault is how long a verified principal is trusted
+	// before the store is asked again: the longest a key revoked through
+	// another coordinator keeps working here.
+	AuthCacheTTLDefault = 2 * time.Second
+	// AuthCacheTTLMax bounds AuthCacheTTL: a revoked key must stop
+	// working everywhere within 5s (streams re-check every TTL, and a
+	// cache entry may be up to a TTL old then).
+	AuthCacheTTLMax = 2500 * time.Millisecond
 )
 
 // Config configures a Coordinator. The zero value of every field except
@@ -58,9 +67,21 @@ type Config struct {
 	KeepStoreOpen bool
 	// Logger receives the coordinator's logs. Nil discards them.
 	Logger *slog.Logger
-	// Tenant is the tenant every call runs as until authentication lands.
-	// Default TenantDefault ("default").
+	// Tenant is the tenant every call runs as with Auth AuthNone; with
+	// authentication the tenant is the caller's principal's. Default
+	// TenantDefault ("default").
 	Tenant string
+	// Auth is how callers authenticate: AuthNone (default), AuthAPIKey or
+	// AuthMTLS. Whatever the mode, grpc.health.v1 and reflection need no
+	// credentials.
+	Auth AuthMode
+	// AuthCacheTTL is how long a verified principal is cached. Default
+	// AuthCacheTTLDefault (2s); at most AuthCacheTTLMax.
+	AuthCacheTTL time.Duration
+	// TLS, when set, serves TLS with it (its certificates may be reloaded
+	// through GetCertificate or GetConfigForClient). AuthMTLS needs it to
+	// require and verify client certificates. Nil: plaintext.
+	TLS *tls.Config
 	// ID names this coordinator instance (Welcome, ListWorkers). Default
 	// hostname-pid-random.
 	ID string
@@ -127,6 +148,8 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	c.Tenant = cmp.Or(c.Tenant, TenantDefault)
+	c.Auth = cmp.Or(c.Auth, AuthNone)
+	c.AuthCacheTTL = cmp.Or(c.AuthCacheTTL, AuthCacheTTLDefault)
 	if c.ID == "" {
 		c.ID = defaultID()
 	}
@@ -154,6 +177,18 @@ func (c Config) Validate() error {
 	}
 	if !store.ValidWorkerID(c.Tenant) {
 		errs = append(errs, fmt.Errorf("coordinator: Tenant %q must be 1-128 characters of [A-Za-z0-9._:@/-]", c.Tenant))
+	}
+	switch c.Auth {
+	case AuthNone, AuthAPIKey:
+	case AuthMTLS:
+		if c.TLS == nil || c.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
+			errs = append(errs, errors.New("coordinator: Auth mtls needs TLS that requires and verifies client certificates (ClientAuth RequireAndVerifyClientCert)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("coordinator: Auth %q must be none, api-key or mtls", c.Auth))
+	}
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > AuthCacheTTLMax {
+		errs = append(errs, fmt.Errorf("coordinator: AuthCacheTTL must be between 0 and %s", AuthCacheTTLMax))
 	}
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))

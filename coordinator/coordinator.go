@@ -41,6 +41,11 @@ type Coordinator struct {
 	activity   activity
 	reporter   *activityReporter
 
+	// auth resolves each call's caller (auth.go); workerOwners caches
+	// which principal owns which worker id (worker_identity.go).
+	auth         *authenticator
+	workerOwners workerOwners
+
 	// bgCtx carries the dispatcher, maintenance and every stream session;
 	// cancelling it (with errShuttingDown) is the hard stop.
 	bgCtx    context.Context
@@ -90,6 +95,10 @@ func New(cfg Config) (*Coordinator, error) {
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
 	})
+	c.auth = &authenticator{
+		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
+		cache: newPrincipalCache(cfg.AuthCacheTTL), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+	}
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
@@ -132,7 +141,8 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	})
 	c.log.Info("leasehold coordinator serving",
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
-		slog.String("coordinator_id", c.cfg.ID))
+		slog.String("coordinator_id", c.cfg.ID), slog.String("auth", string(c.cfg.Auth)),
+		slog.Bool("tls", c.cfg.TLS != nil))
 	err := c.grpc.Serve(lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil

@@ -26,12 +26,28 @@
 // worker never sees it, it expires and is claimed again at the next
 // generation.
 //
+// # Identity
+//
+// The auth interceptor (auth.go; go-grpc-middleware's auth behind a
+// selector that lets health and reflection through) resolves every call's
+// caller — an API key's or a client certificate's principal, or with
+// AuthNone an anonymous admin of Config.Tenant — and checks the method's
+// permission from methodPermissions (permission.go), the one table of
+// who may call what. Handlers read the tenant and the caller only from the
+// context (a typed key, tenant.go), never from a request. Queue scopes are
+// checked in the handlers (scope.go): a named queue out of scope is
+// PERMISSION_DENIED, a job out of scope NOT_FOUND exactly like a missing
+// one. checkWorker (worker_identity.go) keeps a worker id to the
+// principal that first used it; every call acting as a worker goes
+// through it. Operator actions are audited (key_service.go). Verified
+// principals are cached for Config.AuthCacheTTL, which bounds how long a
+// revocation takes to reach every coordinator; streams re-check theirs and
+// end when it is revoked.
+//
 // # Not yet
 //
 // Circuit breakers are not available in this version: ListBreakers answers
-// an empty list and ResetBreaker answers UNIMPLEMENTED. Until
-// authentication lands every call runs as Config.Tenant; the tenant already
-// travels from the request context (a typed key) to every store call.
+// an empty list and ResetBreaker answers UNIMPLEMENTED.
 //
 // Shutdown follows the numbered steps documented on Coordinator.Shutdown.
 package coordinator

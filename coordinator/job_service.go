@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,6 +25,9 @@ func (s *jobService) CreateJob(ctx context.Context, req *leaseholdv1.CreateJobRe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := checkQueue(ctx, "job.queue", cr.Spec.Queue); err != nil {
+		return nil, err
+	}
 	res, err := c.createJobs(ctx, []store.CreateRequest{cr})
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -35,6 +40,11 @@ func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.Batch
 	crs, err := c.v.BatchCreateJobs(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	for i, cr := range crs {
+		if err := checkQueue(ctx, fmt.Sprintf("requests[%d].job.queue", i), cr.Spec.Queue); err != nil {
+			return nil, err
+		}
 	}
 	res, err := c.createJobs(ctx, crs)
 	if err != nil {
@@ -80,6 +90,9 @@ func (s *jobService) GetJob(ctx context.Context, req *leaseholdv1.GetJobRequest)
 		return nil, toStatus(ctx, c.log, err)
 	}
 	job, err := c.store.GetJob(ctx, tenantFrom(ctx), id)
+	if err == nil && !inScope(ctx, job.Queue) {
+		err = store.ErrNotFound // answered exactly like a missing job
+	}
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
@@ -92,10 +105,21 @@ func (s *jobService) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsRequ
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if p.Queue != "" {
+		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListJobs(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, renameField(err, "cursor", "page_token"))
+	}
+	if p.Queue == "" && callerFrom(ctx).scoped() {
+		// The store pages the whole tenant; a scoped caller sees its
+		// queues' jobs of each page (so a page may hold fewer than
+		// page_size, and the token still leads on).
+		page.Jobs = slices.DeleteFunc(page.Jobs, func(j *store.Job) bool { return !inScope(ctx, j.Queue) })
 	}
 	return &leaseholdv1.ListJobsResponse{Jobs: toJobs(page.Jobs), NextPageToken: page.NextCursor}, nil
 }
@@ -106,11 +130,17 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	if err := c.checkJobInScope(ctx, p.JobID); err != nil {
+		return nil, err
+	}
+	p.Tenant, p.Now, p.Actor = tenantFrom(ctx), c.now(), callerFrom(ctx).identity
 	job, err := c.store.RequestCancel(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditJobCancelled, job.ID, map[string]any{
+		"queue": job.Queue, "reason": p.Reason, "state": string(job.State), "cancel_requested": job.CancelRequested,
+	})
 	if job.State == store.JobStateLeased && job.CancelRequested {
 		c.notifyCancel(p.Tenant, job, p.Reason)
 	}
@@ -126,6 +156,9 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *leaseholdv1.ListJob
 	p, err := c.v.ListJobEvents(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, p.JobID); err != nil {
+		return nil, err
 	}
 	p.Tenant = tenantFrom(ctx)
 	size := p.Limit
@@ -169,6 +202,9 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 	p, err := c.v.WatchJob(req)
 	if err != nil {
 		return toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, p.JobID); err != nil {
+		return err
 	}
 	p.Tenant = tenantFrom(ctx)
 	if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {

@@ -7,11 +7,15 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -47,10 +51,12 @@ const (
 // tracing and the interceptor chains.
 //
 // Chain order, outermost first (go-grpc-middleware's example server):
-// logging sees every call with its final code; the tenant (the stand-in
-// for auth) is set before any handler runs; the unary deadline applies to
-// the handler only; recovery is innermost so a panic becomes INTERNAL and
-// is still logged by the logging interceptor with that code.
+// logging sees every call with its final code, refusals included; auth
+// (skipped by a selector for health and reflection, which are public)
+// resolves the caller and checks the method's permission before any
+// handler runs; the unary deadline applies to the handler only; recovery
+// is innermost so a panic becomes INTERNAL and is still logged by the
+// logging interceptor with that code. Metrics, when added, go outermost.
 func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	logOpts := []logging.Option{
 		// Only the finish line: method, code, duration and peer come with
@@ -64,7 +70,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		c.log.ErrorContext(ctx, "panic in handler", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		return statusError(codes.Internal, ReasonInternal, "internal error")
 	})
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + recvHeadroom),
 		// Responses carry whole jobs (ListJobs pages, batches of claimed
@@ -91,17 +97,28 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		}),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
-			tenantUnary(c.cfg.Tenant),
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
 			c.deadlineUnary(),
 			recovery.UnaryServerInterceptor(recoveryOpt),
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
-			tenantStream(c.cfg.Tenant),
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),
 		),
 	}
+	if c.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
+	}
+	return opts
 }
+
+// needsAuth selects every call except those to the public services
+// (health, reflection): load balancers and kubelet probes cannot present
+// credentials, and reflection only describes the API.
+var needsAuth = selector.MatchFunc(func(_ context.Context, cm interceptors.CallMeta) bool {
+	return !publicServices[cm.Service]
+})
 
 // interceptorLogger adapts slog to go-grpc-middleware's logger.
 func interceptorLogger(l *slog.Logger) logging.Logger {

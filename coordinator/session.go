@@ -186,6 +186,9 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	if err != nil {
 		return toStatus(ctx, c.log, err)
 	}
+	if err := c.checkClaim(ctx, h.workerID, h.queues); err != nil {
+		return err
+	}
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

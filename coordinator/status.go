@@ -38,6 +38,18 @@ const (
 	// ReasonReportMismatch: the lease already made this terminal report
 	// with another result or error; the first one stands.
 	ReasonReportMismatch = "REPORT_MISMATCH"
+	// ReasonUnauthenticated: no credential, or one that is invalid or
+	// revoked (UNAUTHENTICATED).
+	ReasonUnauthenticated = "UNAUTHENTICATED"
+	// ReasonPermissionDenied: the caller's role, queue scopes or worker id
+	// do not allow the call (PERMISSION_DENIED).
+	ReasonPermissionDenied = "PERMISSION_DENIED"
+	// ReasonPrincipalNotFound: RevokeApiKey named no principal of the
+	// caller's tenant.
+	ReasonPrincipalNotFound = "PRINCIPAL_NOT_FOUND"
+	// ReasonPrincipalExists: a valid principal already has this
+	// certificate common name.
+	ReasonPrincipalExists = "PRINCIPAL_EXISTS"
 )
 
 // statusError builds a status with an ErrorInfo reason.
@@ -102,6 +114,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return statusError(codes.FailedPrecondition, ReasonJobAbandoned, "the dead job was abandoned and cannot be replayed")
 	case errors.Is(err, store.ErrAlreadyReplayed):
 		return statusError(codes.FailedPrecondition, ReasonJobAlreadyReplayed, "the dead job was already replayed and cannot be abandoned")
+	case errors.Is(err, store.ErrAlreadyExists):
+		return statusError(codes.AlreadyExists, ReasonPrincipalExists,
+			"a valid principal already has this certificate common name: revoke it first")
 	case errors.Is(err, store.ErrUnavailable):
 		log.WarnContext(ctx, "store unavailable", slog.String("error", err.Error()))
 		return statusError(codes.Unavailable, ReasonStoreUnavailable, "the store is briefly unavailable: retry the call")

@@ -3,46 +3,67 @@ package coordinator
 import (
 	"context"
 
-	"google.golang.org/grpc"
+	"github.com/leasehold/leasehold/store"
 )
 
-// tenantKey is the typed context key of the caller's tenant. An unexported
-// struct type cannot collide with another package's key.
-type tenantKey struct{}
-
-// withTenant returns ctx carrying tenant.
-func withTenant(ctx context.Context, tenant string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, tenant)
+// caller is who makes a call, as the auth interceptor established it: the
+// principal's tenant, role and queue patterns. Handlers read the tenant
+// only from here, never from a request.
+type caller struct {
+	tenant string
+	role   store.Role
+	// queues are the principal's queue patterns; nil means every queue.
+	queues []string
+	// id is the principal's id; empty for the anonymous caller of
+	// --auth none, which owns no worker ids.
+	id string
+	// identity names the caller in audit records and job events
+	// (store.Principal.Identity, or anonymousIdentity).
+	identity string
+	name     string
 }
 
-// tenantFrom returns the tenant the interceptors put in ctx. A context
-// without one (a handler reached without the interceptor chain) yields "",
-// which every store call rejects as invalid rather than guessing a tenant.
-func tenantFrom(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
+// anonymousIdentity is the identity of every call with --auth none.
+const anonymousIdentity = "anonymous"
+
+// anonymous is the caller of every call with --auth none: an admin of the
+// configured tenant.
+func anonymous(tenant string) *caller {
+	return &caller{tenant: tenant, role: store.RoleAdmin, identity: anonymousIdentity}
 }
 
-// tenantUnary stands in for authentication: every call runs as the
-// configured tenant. The security work replaces it with a per-caller
-// identity; handlers already read the tenant only from the context.
-func tenantUnary(tenant string) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return h(withTenant(ctx, tenant), req)
+// callerFor is the caller a principal makes.
+func callerFor(p *store.Principal) *caller {
+	return &caller{
+		tenant: p.Tenant, role: p.Role, queues: p.Queues,
+		id: p.ID, identity: p.Identity(), name: p.Name,
 	}
 }
 
-// tenantStream is tenantUnary for streams.
-func tenantStream(tenant string) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		return h(srv, &ctxStream{ServerStream: ss, ctx: withTenant(ss.Context(), tenant)})
+// scoped reports whether the caller is limited to some queues.
+func (cl *caller) scoped() bool { return len(cl.queues) > 0 }
+
+// callerKey is the typed context key of the caller. An unexported struct
+// type cannot collide with another package's key.
+type callerKey struct{}
+
+// withCaller returns ctx carrying cl.
+func withCaller(ctx context.Context, cl *caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, cl)
+}
+
+// noCaller is what callerFrom returns for a context the auth interceptor
+// never saw: no tenant (every store call rejects it as invalid rather than
+// guessing one) and no role.
+var noCaller = &caller{}
+
+// callerFrom returns the caller the auth interceptor put in ctx.
+func callerFrom(ctx context.Context) *caller {
+	if cl, ok := ctx.Value(callerKey{}).(*caller); ok {
+		return cl
 	}
+	return noCaller
 }
 
-// ctxStream replaces a server stream's context.
-type ctxStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *ctxStream) Context() context.Context { return s.ctx }
+// tenantFrom returns the caller's tenant, "" when ctx has no caller.
+func tenantFrom(ctx context.Context) string { return callerFrom(ctx).tenant }

@@ -44,6 +44,9 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p := cr.params
+	if err := c.checkClaim(ctx, p.Worker, p.Queues); err != nil {
+		return nil, err
+	}
 	p.Tenant = tenantFrom(ctx)
 	jobs, err := c.claim(ctx, p, cr.wait)
 	if err != nil {
@@ -149,6 +152,9 @@ func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkWorkers(ctx, p.Tokens); err != nil {
+		return nil, err
+	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	res, err := c.store.Renew(ctx, p)
 	if err != nil {
@@ -162,6 +168,9 @@ func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteR
 	p, err := c.v.Complete(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	job, err := c.store.Complete(ctx, p)
@@ -178,6 +187,9 @@ func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
+	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	job, err := c.store.Retry(ctx, p)
 	if err != nil {
@@ -193,6 +205,9 @@ func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelReque
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
+	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	job, err := c.store.CancelByHolder(ctx, p)
 	if err != nil {
@@ -207,6 +222,9 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 	p, err := c.v.Release(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	job, err := c.store.Release(ctx, p)
@@ -235,6 +253,9 @@ func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.Sav
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
+	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	cp, err := c.store.SaveCheckpoint(ctx, p)
 	if err != nil {
@@ -250,6 +271,9 @@ func (w *workerService) ReserveEffect(ctx context.Context, req *leaseholdv1.Rese
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
+	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	eff, reserved, err := c.store.ReserveEffect(ctx, p)
 	if err != nil {
@@ -263,6 +287,9 @@ func (w *workerService) RecordEffect(ctx context.Context, req *leaseholdv1.Recor
 	p, err := c.v.RecordEffect(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
+		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
 	eff, err := c.store.RecordEffect(ctx, p)

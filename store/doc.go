@@ -45,6 +45,12 @@
 //	                  expires_at
 //	queue_policies    (tenant, queue) → retry policy, default and maximum
 //	                  lease, concurrency limit, paused
+//	principals        (tenant, id): API keys (stored as the SHA-256 of
+//	                  the key) and client-certificate subjects, with
+//	                  role, queue patterns, created/last used/revoked;
+//	                  also found across tenants by key hash or subject
+//	worker_identities (tenant, worker_id) → the principal that owns it
+//	audit_events      (tenant, id): operator actions with their actor
 //
 // Rows that hang off a job (events, attempts, checkpoints, effects,
 // idempotency records) are written only in the transaction that holds the

@@ -35,6 +35,10 @@ var (
 	// error: the first report stands, and the second is refused rather
 	// than silently ignored.
 	ErrReportMismatch = errors.New("the lease already reported a different outcome")
+	// ErrAlreadyExists is returned when creating a record that must be
+	// unique and already exists: a valid principal with the same
+	// certificate subject.
+	ErrAlreadyExists = errors.New("already exists")
 	// ErrUnavailable is returned when the database cannot be reached or the
 	// transaction could not be serialised after retries; the call may be
 	// retried.

@@ -149,6 +149,10 @@ type Store interface {
 	// not terminal.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 
+	// Identities keeps principals, worker id owners and the audit log
+	// (identity.go).
+	Identities
+
 	// Now is the store's authoritative clock (PostgreSQL now(), or the
 	// process clock for SQLite).
 	Now(ctx context.Context) (time.Time, error)

@@ -462,7 +462,11 @@ type RequestCancelParams struct {
 	Tenant string
 	JobID  string
 	Reason string
-	Now    time.Time
+	// Actor is the identity of the principal that asked (store.Principal
+	// Identity, or "anonymous"); when set it is recorded as "actor" in the
+	// data of the event the call appends.
+	Actor string
+	Now   time.Time
 }
 
 // SaveCheckpointParams saves progress.
@@ -513,7 +517,11 @@ type ReplayDeadJobParams struct {
 	Tenant string
 	JobID  string
 	Reason string
-	Now    time.Time
+	// Actor is the identity of the principal that asked (store.Principal
+	// Identity, or "anonymous"); when set it is recorded as "actor" in the
+	// data of the event the call appends.
+	Actor string
+	Now   time.Time
 }
 
 // AbandonDeadJobParams abandons a dead job.
@@ -521,7 +529,11 @@ type AbandonDeadJobParams struct {
 	Tenant string
 	JobID  string
 	Reason string
-	Now    time.Time
+	// Actor is the identity of the principal that asked (store.Principal
+	// Identity, or "anonymous"); when set it is recorded as "actor" in the
+	// data of the event the call appends.
+	Actor string
+	Now   time.Time
 }
 
 // QueueStatsParams names a queue.

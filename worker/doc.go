@@ -12,6 +12,17 @@
 //	})
 //	err = w.Run(ctx) // until ctx is done; then shuts down gracefully
 //
+// # Connecting securely
+//
+// A coordinator beyond loopback serves TLS and authenticates callers. Dial
+// (or DialOptions for grpc.NewClient) connects with a DialConfig: TLS
+// trusting CAFile or the system roots, a client certificate for mTLS, and
+// an API key sent with every call (APIKey, which refuses to send it without
+// TLS to anything but loopback). DialConfigFromEnv reads the same
+// LEASEHOLD_TLS_* and LEASEHOLD_API_KEY variables as the leasehold CLI. A
+// worker's key needs the worker role, and the worker id it uses belongs to
+// that key's principal once used.
+//
 // # Leases
 //
 // Every job a handler runs is held on a lease: an owner (Config.WorkerID),

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/worker"
@@ -38,6 +37,19 @@ const (
 	envOutput  = "LEASEHOLD_OUTPUT"
 )
 
+// The TLS flags and the API key of every command that talks to a
+// coordinator, with the SDK's environment variables (worker.Env*) as
+// defaults. The API key has no flag on purpose: a flag's value shows in
+// ps and shell history.
+type tlsFlags struct {
+	on         bool
+	caFile     string
+	certFile   string
+	keyFile    string
+	serverName string
+	apiKey     string // LEASEHOLD_API_KEY
+}
+
 // globalFlags are the connection and output flags of every command that
 // talks to a coordinator. They are persistent flags of the root command, so
 // they may come before or after the command.
@@ -45,6 +57,7 @@ type globalFlags struct {
 	addr    string
 	timeout time.Duration
 	output  string
+	tls     tlsFlags
 
 	// envErr is a bad LEASEHOLD_TIMEOUT, reported as a usage error by
 	// check unless --timeout overrides it.
@@ -68,6 +81,22 @@ func (f *globalFlags) register(root *cobra.Command, getenv func(string) string) 
 	fs.DurationVar(&f.timeout, "timeout", timeout, "deadline for each call; 0 = none (env "+envTimeout+")")
 	fs.StringVar(&f.output, "output", cmp.Or(strings.ToLower(getenv(envOutput)), outputTable), "output format: table or json (env "+envOutput+")")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputTable, outputJSON}, cobra.ShellCompDirectiveNoFileComp))
+	env := worker.DialConfigFromEnv(getenv)
+	fs.BoolVar(&f.tls.on, "tls", env.TLS, "connect with TLS, trusting the system roots unless --tls-ca-file (env "+worker.EnvTLS+")")
+	fs.StringVar(&f.tls.caFile, "tls-ca-file", env.CAFile, "PEM CA bundle to verify the coordinator with; implies --tls (env "+worker.EnvTLSCAFile+")")
+	fs.StringVar(&f.tls.certFile, "tls-cert-file", env.CertFile, "client certificate for mTLS; implies --tls (env "+worker.EnvTLSCertFile+")")
+	fs.StringVar(&f.tls.keyFile, "tls-key-file", env.KeyFile, "client certificate's key (env "+worker.EnvTLSKeyFile+")")
+	fs.StringVar(&f.tls.serverName, "tls-server-name", env.ServerName, "name to verify the coordinator's certificate against (env "+worker.EnvTLSServerName+")")
+	f.tls.apiKey = env.APIKey
+}
+
+// dialConfig is how to reach --addr: TLS per the flags, the API key from
+// LEASEHOLD_API_KEY.
+func (f *globalFlags) dialConfig() worker.DialConfig {
+	return worker.DialConfig{
+		TLS: f.tls.on, CAFile: f.tls.caFile, CertFile: f.tls.certFile, KeyFile: f.tls.keyFile,
+		ServerName: f.tls.serverName, APIKey: f.tls.apiKey,
+	}
 }
 
 // check validates the flags once they are parsed for cmd.
@@ -83,6 +112,9 @@ func (f *globalFlags) check(cmd *cobra.Command) error {
 	if f.timeout < 0 {
 		return usagef("--timeout must not be negative")
 	}
+	if (f.tls.certFile == "") != (f.tls.keyFile == "") {
+		return usagef("--tls-cert-file and --tls-key-file go together")
+	}
 	return nil
 }
 
@@ -93,7 +125,7 @@ func (f *globalFlags) check(cmd *cobra.Command) error {
 func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
 	cmd.Annotations = map[string]string{annotationGlobalFlags: "no"}
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		for _, name := range []string{"addr", "timeout", "output"} {
+		for _, name := range []string{"addr", "timeout", "output", "tls", "tls-ca-file", "tls-server-name"} {
 			if cmd.Flags().Changed(name) {
 				return usagef("--%s is for the commands that talk to a coordinator; %s does not take it", name, cmd.Name())
 			}
@@ -107,11 +139,16 @@ func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
 // usage template reads it.
 const annotationGlobalFlags = "leasehold/global-flags"
 
-// dial opens a connection to --addr. grpc.NewClient does not connect until
-// the first call, so an unreachable coordinator surfaces as UNAVAILABLE
-// from that call and is described by describeError.
+// dial opens a connection to --addr, with TLS and the API key as
+// configured. grpc.NewClient does not connect until the first call, so an
+// unreachable coordinator surfaces as UNAVAILABLE from that call and is
+// described by describeError.
 func (c *cli) dial() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(c.global.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, err := worker.DialOptions(c.global.dialConfig())
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(c.global.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.global.addr, err)
 	}
@@ -191,8 +228,10 @@ func describeError(err error, addr string) string {
 		fmt.Fprintf(&b, "\n  %s", he.hint)
 	}
 	switch st.Code() {
+	case codes.Unauthenticated:
+		fmt.Fprintf(&b, "\n  set %s to an API key (leasehold key create), or use a client certificate (--tls-cert-file)", worker.EnvAPIKey)
 	case codes.Unavailable:
-		fmt.Fprintf(&b, "\n  is the coordinator running at %s? (set --addr or %s)", addr, envAddr)
+		fmt.Fprintf(&b, "\n  is the coordinator running at %s? (set --addr or %s; --tls or --tls-ca-file if it serves TLS)", addr, envAddr)
 	case codes.DeadlineExceeded:
 		fmt.Fprintf(&b, "\n  the call took longer than --timeout")
 	}

@@ -54,6 +54,8 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.queueCommand(),
 		c.breakerCommand(),
 		c.workerCommand(),
+		c.keyCommand(),
+		c.auditCommand(),
 		c.benchCommand(),
 		versionCommand(),
 	)

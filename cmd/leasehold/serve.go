@@ -61,6 +61,7 @@ type serveFlags struct {
 	tenant    string
 	logLevel  string
 	grace     time.Duration
+	security  securityFlags
 }
 
 func (c *cli) serveCommand() *cobra.Command {
@@ -78,10 +79,12 @@ func (c *cli) serveCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.listen, "listen", envOr(c.getenv, "LEASEHOLD_LISTEN", listenDefault), "address to serve gRPC on (env LEASEHOLD_LISTEN)")
 	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not apply PostgreSQL migrations at start (run \"leasehold migrate\" instead); the embedded SQLite file is always brought up to date")
-	fs.StringVar(&f.tenant, "tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as until authentication lands (env LEASEHOLD_TENANT)")
+	fs.StringVar(&f.tenant, "tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as with --auth none; with auth, the caller's key decides (env LEASEHOLD_TENANT)")
 	fs.StringVar(&f.logLevel, "log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
 	fs.DurationVar(&f.grace, "shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
 	c.addStoreFlags(fs, &f.store)
+	c.addSecurityFlags(fs, &f.security)
+	_ = cmd.RegisterFlagCompletionFunc("auth", cobra.FixedCompletions([]string{"none", "api-key", "mtls"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	return withoutGlobalFlags(cmd)
 }
@@ -113,6 +116,12 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 		log.Error("cannot listen", slog.String("listen", f.listen), slog.String("error", err.Error()))
 		return exitStatus(exitFail)
 	}
+	if err := f.security.checkExposure(log, lis.Addr()); err != nil {
+		log.Error("unsafe configuration", slog.String("error", err.Error()))
+		lis.Close()
+		_ = coord.Shutdown(context.Background())
+		return exitStatus(exitUsage)
+	}
 	return serveUntilDone(ctx, log, coord, lis, f.grace)
 }
 
@@ -124,6 +133,9 @@ func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
 	}
 	if f.grace <= 0 {
 		return nil, usagef("--shutdown-grace must be positive")
+	}
+	if err := f.security.check(); err != nil {
+		return nil, err
 	}
 	return slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})), nil
 }
@@ -168,8 +180,15 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags) (*coo
 		log.Error("cannot open the store", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
+	tlsCfg, err := f.security.tlsConfig(log)
+	if err != nil {
+		st.Close()
+		log.Error("cannot load the TLS certificate", slog.String("error", err.Error()))
+		return nil, exitStatus(exitUsage)
+	}
 	coord, err := coordinator.New(coordinator.Config{
 		Store: st, Logger: log, Tenant: f.tenant, Version: Version, ShutdownGrace: f.grace,
+		Auth: coordinator.AuthMode(f.security.auth), TLS: tlsCfg,
 	})
 	if err != nil {
 		st.Close()

@@ -29,13 +29,16 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testcert"
 	"github.com/leasehold/leasehold/internal/testlog"
 	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -580,4 +583,77 @@ func eventTypes(events []*pb.Event) []pb.EventType {
 func jsonEqual(got json.RawMessage, want string) bool {
 	var a, b any
 	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && reflect.DeepEqual(a, b)
+}
+
+// TestNodeWorkerOverTLSWithAnAPIKey runs the worker against a coordinator
+// serving TLS with --auth api-key: it trusts the coordinator through
+// LEASEHOLD_TLS_CA_FILE and authenticates with LEASEHOLD_API_KEY (a
+// worker-role key made offline). It also refuses, as misconfiguration, to
+// send a key in clear text to a non-loopback address.
+func TestNodeWorkerOverTLSWithAnAPIKey(t *testing.T) {
+	node := requireNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
+	defer cancel()
+
+	ca := testcert.NewCA(t, "node")
+	srv := ca.Server(t, "server")
+	db := filepath.Join(t.TempDir(), "leasehold.db")
+	producerKey := offlineKey(t, db, "producer")
+	workerKey := offlineKey(t, db, "worker")
+	p := testserver.StartProcessDial(t, []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientTLS(t, nil)))}, nil,
+		"--sqlite-path", db, "--auth", "api-key", "--tls-cert-file", srv.CertFile, "--tls-key-file", srv.KeyFile)
+	conn, err := worker.Dial(p.Addr, worker.DialConfig{CAFile: ca.CertFile, APIKey: producerKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	jobs := pb.NewJobServiceClient(conn)
+	var ids []string
+	for i := range 2 {
+		res, err := jobs.CreateJob(ctx, &pb.CreateJobRequest{Job: &pb.JobSpec{Queue: "node-tls", Kind: "demo", Payload: []byte(`{"n": ` + strconv.Itoa(i) + `}`)}})
+		if err != nil {
+			t.Fatalf("CreateJob: %v", err)
+		}
+		ids = append(ids, res.GetJob().GetId())
+	}
+
+	ensureDeps(ctx, t)
+	w := startWorker(ctx, t, node, map[string]string{
+		"LEASEHOLD_ADDR":         p.Addr,
+		"LEASEHOLD_QUEUE":        "node-tls",
+		"LEASEHOLD_WORKER_ID":    "node-tls-worker",
+		"LEASEHOLD_MAX_JOBS":     "2",
+		"LEASEHOLD_WAIT_SECONDS": "1",
+		"LEASEHOLD_TLS_CA_FILE":  ca.CertFile,
+		"LEASEHOLD_API_KEY":      workerKey,
+	})
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker exited with %d, want 0 after 2 jobs\n%s", code, w.output())
+	}
+	for _, id := range ids {
+		res, err := jobs.GetJob(ctx, &pb.GetJobRequest{JobId: id})
+		if err != nil || res.GetJob().GetState() != pb.JobState_JOB_STATE_SUCCEEDED {
+			t.Errorf("job %s: %v, %v; want SUCCEEDED", id, res.GetJob().GetState(), err)
+		}
+	}
+
+	refused := startWorker(ctx, t, node, map[string]string{
+		"LEASEHOLD_ADDR":    "coordinator.example:7400",
+		"LEASEHOLD_QUEUE":   "node-tls",
+		"LEASEHOLD_API_KEY": workerKey,
+	})
+	if code := refused.wait(t); code != 2 || !strings.Contains(refused.stderr.String(), "refusing to send LEASEHOLD_API_KEY without TLS") {
+		t.Errorf("an API key in clear text beyond loopback: exit %d, want 2\n%s", code, refused.output())
+	}
+}
+
+// offlineKey makes an API key with `leasehold key create --sqlite-path`.
+func offlineKey(t *testing.T, db, role string) string {
+	t.Helper()
+	out, err := exec.Command(testserver.Binary(t), "key", "create", "--sqlite-path", db, "--role", role, "--tenant", "node").Output()
+	if err != nil {
+		t.Fatalf("leasehold key create: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(strings.TrimPrefix(lines[len(lines)-1], "Key:"))
 }

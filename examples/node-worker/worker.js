@@ -31,11 +31,22 @@
 //   LEASEHOLD_LEASE_SECONDS   lease duration asked for, in [1, 3600] (default 30)
 //   LEASEHOLD_WAIT_SECONDS    Claim long-poll wait, in [0, 60] (default 20)
 //   LEASEHOLD_PROTO_DIR       the proto include directory (default ../../proto)
+//   LEASEHOLD_API_KEY         API key sent as "authorization: Bearer <key>" (a worker-role key)
+//   LEASEHOLD_TLS             "1" or "true": connect with TLS, trusting the system roots
+//   LEASEHOLD_TLS_CA_FILE     PEM CA bundle to verify the coordinator with (implies TLS)
+//   LEASEHOLD_TLS_CERT_FILE   client certificate for mTLS (implies TLS; with LEASEHOLD_TLS_KEY_FILE)
+//   LEASEHOLD_TLS_KEY_FILE    the client certificate's key
+//   LEASEHOLD_TLS_SERVER_NAME name to verify the coordinator's certificate against
+//
+// An API key is never sent in clear text beyond loopback: with
+// LEASEHOLD_API_KEY set and no TLS, LEASEHOLD_ADDR must be a loopback address.
 //
 // Logs are JSON lines on stdout. Exit codes: 0 clean stop, 1 fatal error,
 // 2 bad configuration.
 'use strict';
 
+const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
@@ -142,7 +153,67 @@ function loadConfig(env) {
     leaseMs: intEnv(env, 'LEASEHOLD_LEASE_SECONDS', 30, 1, 3600) * 1000,
     waitMs: intEnv(env, 'LEASEHOLD_WAIT_SECONDS', 20, 0, 60) * 1000,
     protoDir: env.LEASEHOLD_PROTO_DIR || path.join(__dirname, '..', '..', 'proto'),
+    ...securityConfig(env),
   };
+}
+
+// securityConfig reads the TLS and API key settings. The same variables
+// configure the leasehold CLI and the Go SDK.
+function securityConfig(env) {
+  const tls = {
+    caFile: env.LEASEHOLD_TLS_CA_FILE || '',
+    certFile: env.LEASEHOLD_TLS_CERT_FILE || '',
+    keyFile: env.LEASEHOLD_TLS_KEY_FILE || '',
+    serverName: env.LEASEHOLD_TLS_SERVER_NAME || '',
+  };
+  if (Boolean(tls.certFile) !== Boolean(tls.keyFile)) {
+    throw new ConfigError('LEASEHOLD_TLS_CERT_FILE and LEASEHOLD_TLS_KEY_FILE go together');
+  }
+  tls.on = ['1', 'true'].includes((env.LEASEHOLD_TLS || '').toLowerCase()) || Boolean(tls.caFile || tls.certFile);
+  return { tls, apiKey: env.LEASEHOLD_API_KEY || '' };
+}
+
+// isLoopback reports whether host:port names a loopback host.
+function isLoopback(addr) {
+  let host = addr.replace(/^dns:(\/\/\/)?/, '');
+  const m = /^\[([^\]]+)\](:\d+)?$/.exec(host);
+  host = m ? m[1] : host.replace(/:\d+$/, '');
+  if (host.toLowerCase() === 'localhost') return true;
+  if (net.isIPv4(host)) return host.startsWith('127.');
+  return net.isIPv6(host) && (host === '::1' || host === '0:0:0:0:0:0:0:1');
+}
+
+// channel builds the client's channel credentials and options: TLS (with a
+// client certificate for mTLS) when configured, and an interceptor that
+// adds the API key to every call.
+function channel(cfg) {
+  const read = (f) => (f ? fs.readFileSync(f) : null);
+  let creds;
+  const options = {};
+  if (cfg.tls.on) {
+    creds = grpc.credentials.createSsl(read(cfg.tls.caFile), read(cfg.tls.keyFile), read(cfg.tls.certFile));
+    if (cfg.tls.serverName) {
+      options['grpc.ssl_target_name_override'] = cfg.tls.serverName;
+      options['grpc.default_authority'] = cfg.tls.serverName;
+    }
+  } else {
+    if (cfg.apiKey && !isLoopback(cfg.addr)) {
+      throw new ConfigError(`refusing to send LEASEHOLD_API_KEY without TLS to ${cfg.addr}: set LEASEHOLD_TLS_CA_FILE (or LEASEHOLD_TLS=1)`);
+    }
+    creds = grpc.credentials.createInsecure();
+  }
+  if (cfg.apiKey) {
+    const bearer = `Bearer ${cfg.apiKey}`;
+    options.interceptors = [
+      (callOptions, nextCall) => new grpc.InterceptingCall(nextCall(callOptions), {
+        start(metadata, listener, next) {
+          metadata.set('authorization', bearer);
+          next(metadata, listener);
+        },
+      }),
+    ];
+  }
+  return { creds, options };
 }
 
 // loadWorkerService loads leasehold.v1.WorkerService straight from the .proto
@@ -557,7 +628,14 @@ async function main() {
   }
   const log = logger({ worker_id: cfg.workerId });
   const WorkerService = loadWorkerService(cfg.protoDir);
-  const client = new WorkerService(cfg.addr, grpc.credentials.createInsecure());
+  let ch;
+  try {
+    ch = channel(cfg);
+  } catch (err) {
+    process.stderr.write(`leasehold node worker: ${err.message}\n`);
+    process.exit(2);
+  }
+  const client = new WorkerService(cfg.addr, ch.creds, ch.options);
   const worker = new Worker(cfg, client, log);
 
   let signals = 0;

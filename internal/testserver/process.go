@@ -94,7 +94,8 @@ type Process struct {
 	Cmd *exec.Cmd
 
 	stderr   *testlog.Buffer
-	exited   chan struct{} // closed when the process has exited
+	dialOpts []grpc.DialOption // how Dial and the start-up health watch connect
+	exited   chan struct{}     // closed when the process has exited
 	exitCode int
 	waitErr  error
 }
@@ -116,6 +117,14 @@ func StartProcess(t testing.TB, args ...string) *Process {
 // collector.
 func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
+	return StartProcessDial(t, nil, env, args...)
+}
+
+// StartProcessDial is StartProcessEnv for a coordinator that needs more
+// than a plaintext connection (TLS, client certificates): dialOpts are
+// used to watch its health at start and by Dial. Nil means plaintext.
+func StartProcessDial(t testing.TB, dialOpts []grpc.DialOption, env []string, args ...string) *Process {
+	t.Helper()
 	bin := Binary(t)
 	addr := listenArg(args)
 	if addr == "" {
@@ -125,7 +134,7 @@ func StartProcessEnv(t testing.TB, env []string, args ...string) *Process {
 		}
 		args = append([]string{"--listen", addr}, args...)
 	}
-	p := &Process{Addr: addr, stderr: &testlog.Buffer{}, exited: make(chan struct{})}
+	p := &Process{Addr: addr, stderr: &testlog.Buffer{}, dialOpts: dialOpts, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	p.Cmd.Dir = t.TempDir()
 	p.Cmd.Stdout = p.stderr
@@ -196,7 +205,7 @@ func (p *Process) waitServing(t testing.TB) {
 		case <-ctx.Done():
 		}
 	}()
-	conn := dial(t, p.Addr)
+	conn := dial(t, p.Addr, p.dialOpts...)
 	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 	if err == nil {
 		for {
@@ -237,9 +246,9 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Process) Output() string { return p.stderr.String() }
 
-// Dial returns an insecure client connection to the process, closed when
-// the test ends.
+// Dial returns a client connection to the process (plaintext unless it was
+// started with dial options), closed when the test ends.
 func (p *Process) Dial(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	return dial(t, p.Addr)
+	return dial(t, p.Addr, p.dialOpts...)
 }

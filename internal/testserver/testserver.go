@@ -158,9 +158,13 @@ func (s *Server) Dial(t testing.TB) *grpc.ClientConn {
 	return dial(t, s.Addr)
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
+// dial connects to addr with opts, or in plaintext when there are none.
+func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		t.Fatalf("testserver: dial %s: %v", addr, err)
 	}

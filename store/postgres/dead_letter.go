@@ -197,16 +197,16 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 			return err
 		}
 		if _, err := tx.Exec(ctx, qInsertEvent, p.Tenant, id, int64(1), string(store.EventQueued), now,
-			event{data: map[string]any{"queue": dead.Queue, "available_at": now, "replay_of": dead.ID, "reason": p.Reason}}.json()); err != nil {
+			event{data: withActor(map[string]any{"queue": dead.Queue, "available_at": now, "replay_of": dead.ID, "reason": p.Reason}, p.Actor)}.json()); err != nil {
 			return err
 		}
 		var seq int64
 		if err := tx.QueryRow(ctx, qMarkReplayed, p.Tenant, dead.ID, id).Scan(&seq); err != nil {
 			return err
 		}
-		if err := appendReserved(ctx, tx, p.Tenant, dead.ID, seq, now, event{typ: store.EventReplayed, data: map[string]any{
+		if err := appendReserved(ctx, tx, p.Tenant, dead.ID, seq, now, event{typ: store.EventReplayed, data: withActor(map[string]any{
 			"replayed_as": id, "reason": p.Reason,
-		}}); err != nil {
+		}, p.Actor)}); err != nil {
 			return err
 		}
 		out = rec.job
@@ -246,7 +246,7 @@ func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams
 			return err
 		}
 		if err := appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-			event{typ: store.EventAbandoned, data: map[string]any{"reason": p.Reason}}); err != nil {
+			event{typ: store.EventAbandoned, data: withActor(map[string]any{"reason": p.Reason}, p.Actor)}); err != nil {
 			return err
 		}
 		rec.job.Checkpoint = dj.Job.Checkpoint

@@ -98,16 +98,16 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 				return err
 			}
 			err = appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-				event{typ: store.EventCancelled, data: map[string]any{"reason": p.Reason, "by": "client"}})
+				event{typ: store.EventCancelled, data: withActor(map[string]any{"reason": p.Reason, "by": "client"}, p.Actor)})
 		default: // leased
 			rec, err = scanJob(tx.QueryRow(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason))
 			if err != nil {
 				return err
 			}
 			err = appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-				event{typ: store.EventCancelRequested, data: map[string]any{
+				event{typ: store.EventCancelRequested, data: withActor(map[string]any{
 					"reason": p.Reason, "worker_id": job.LeaseOwner, "lease_generation": job.LeaseGeneration,
-				}})
+				}, p.Actor)})
 		}
 		if err != nil {
 			return err

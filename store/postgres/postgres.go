@@ -279,7 +279,7 @@ func isDomainError(err error) bool {
 	for _, target := range []error{
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrIdempotencyConflict,
 		store.ErrInvalid, store.ErrAlreadyFinal, store.ErrNotDead,
-		store.ErrAbandoned, store.ErrAlreadyReplayed, store.ErrReportMismatch,
+		store.ErrAbandoned, store.ErrAlreadyReplayed, store.ErrReportMismatch, store.ErrAlreadyExists,
 		context.Canceled, context.DeadlineExceeded,
 	} {
 		if errors.Is(err, target) {

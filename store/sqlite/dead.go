@@ -166,13 +166,13 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 		if d := pol.Retry.TotalRetryDeadline; d > 0 {
 			j.retryDeadline = now.Add(d).Truncate(time.Microsecond)
 		}
-		if err := insertNewJob(ctx, tx, j, "replay_of", dead.ID, "reason", p.Reason); err != nil {
+		if err := insertNewJob(ctx, tx, j, withActor(p.Actor, "replay_of", dead.ID, "reason", p.Reason)...); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, qMarkReplayed, p.Tenant, dead.ID, j.id); err != nil {
 			return fmt.Errorf("mark replayed: %w", err)
 		}
-		if _, err := appendEvent(ctx, tx, p.Tenant, dead.ID, store.EventReplayed, now, eventData("replayed_as", j.id, "reason", p.Reason)); err != nil {
+		if _, err := appendEvent(ctx, tx, p.Tenant, dead.ID, store.EventReplayed, now, eventData(withActor(p.Actor, "replayed_as", j.id, "reason", p.Reason)...)); err != nil {
 			return err
 		}
 		created, err := getJobTx(ctx, tx, p.Tenant, j.id)
@@ -213,7 +213,7 @@ func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams
 			if _, err := tx.ExecContext(ctx, qMarkAbandoned, p.Tenant, p.JobID); err != nil {
 				return fmt.Errorf("abandon: %w", err)
 			}
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventAbandoned, now, eventData("reason", p.Reason)); err != nil {
+			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventAbandoned, now, eventData(withActor(p.Actor, "reason", p.Reason)...)); err != nil {
 				return err
 			}
 			if row, err = getJobTx(ctx, tx, p.Tenant, p.JobID); err != nil {

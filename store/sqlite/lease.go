@@ -245,7 +245,7 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 			if _, err := tx.ExecContext(ctx, qCancelQueued, p.Tenant, p.JobID, micros(now), p.Reason); err != nil {
 				return fmt.Errorf("cancel: %w", err)
 			}
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventCancelled, now, eventData("reason", p.Reason, "by", "client")); err != nil {
+			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventCancelled, now, eventData(withActor(p.Actor, "reason", p.Reason, "by", "client")...)); err != nil {
 				return err
 			}
 		case j.CancelRequested:
@@ -255,7 +255,7 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 			if _, err := tx.ExecContext(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason); err != nil {
 				return fmt.Errorf("request cancel: %w", err)
 			}
-			data := eventData("reason", p.Reason, "worker_id", j.LeaseOwner, "lease_generation", j.LeaseGeneration)
+			data := eventData(withActor(p.Actor, "reason", p.Reason, "worker_id", j.LeaseOwner, "lease_generation", j.LeaseGeneration)...)
 			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventCancelRequested, now, data); err != nil {
 				return err
 			}

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -190,11 +192,17 @@ func open(ctx context.Context, cfg Config, wait lockWait) (_ *Store, err error) 
 			err = fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
 		}
 	}()
+	if err := createPrivate(cfg.Path); err != nil {
+		return nil, err
+	}
 	if s.db, err = openWriter(ctx, cfg.Path, wait.busyTimeout); err != nil {
 		return nil, err
 	}
 	if _, err := migrations.Up(ctx, s.db, migrations.SQLite); err != nil {
 		return nil, fmt.Errorf("migrate: %w", interpretError(err))
+	}
+	if err := privateSidecars(cfg.Path); err != nil {
+		return nil, err
 	}
 	if s.rdb, err = sql.Open("sqlite", dsn(cfg.Path, false, wait.busyTimeout)); err != nil {
 		return nil, err
@@ -313,6 +321,9 @@ func Migrate(ctx context.Context, path string) error {
 	if err := validatePath(path); err != nil {
 		return err
 	}
+	if err := createPrivate(path); err != nil {
+		return fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	db, err := openWriter(ctx, path, defaultLockWait.busyTimeout)
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", path, err)
@@ -321,7 +332,7 @@ func Migrate(ctx context.Context, path string) error {
 	if _, err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		return fmt.Errorf("migrate sqlite %s: %w", path, interpretError(err))
 	}
-	return nil
+	return privateSidecars(path)
 }
 
 // Engine implements store.Store.
@@ -515,4 +526,41 @@ func codeName(code int) string {
 		}
 	}
 	return fmt.Sprintf("result code %d", code)
+}
+
+// filePerm is the mode of the database file and its -wal and -shm files:
+// they hold payloads, results and API key hashes, so only the owner may
+// read them.
+const filePerm = 0o600
+
+// createPrivate creates the database file with filePerm when it does not
+// exist yet, before SQLite opens it (SQLite would create it 0644 less the
+// umask). The explicit chmod makes the mode independent of the umask. An
+// existing file keeps the mode its owner gave it.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, filePerm)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create the database file: %w", err)
+	}
+	if err := f.Chmod(filePerm); err != nil {
+		f.Close()
+		return fmt.Errorf("create the database file: %w", err)
+	}
+	return f.Close()
+}
+
+// privateSidecars sets filePerm on the -wal and -shm files that opening
+// the database in WAL mode created. SQLite creates them with the database
+// file's mode, but a file left behind by an earlier run (or a database
+// created before this engine set modes) may be wider.
+func privateSidecars(path string) error {
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Chmod(path+suffix, filePerm); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restrict %s: %w", path+suffix, err)
+		}
+	}
+	return nil
 }

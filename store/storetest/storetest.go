@@ -94,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 		concurrencyTests(),
 		batchTests(),
 		dispatchTests(),
+		identityTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1217,11 +1217,449 @@ func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
 	return nil
 }
 
+// CreateApiKeyRequest describes the principal to create.
+type CreateApiKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A label for people (at most 128 bytes); optional.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What it may do. Required.
+	Role Role `protobuf:"varint,2,opt,name=role,proto3,enum=leasehold.v1.Role" json:"role,omitempty"`
+	// Its tenant: empty or the caller's own (a key for another tenant is
+	// created offline, with `leasehold key create --database-url`).
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Queue patterns it is limited to (at most 32): a queue name or a name
+	// with "*" wildcards, e.g. "billing.*". Empty: every queue.
+	Queues []string `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	// When set, create the principal of client certificates whose subject
+	// common name is this (for --auth mtls) instead of an API key; no
+	// secret is returned. At most one valid principal per common name.
+	CertificateCommonName string `protobuf:"bytes,5,opt,name=certificate_common_name,json=certificateCommonName,proto3" json:"certificate_common_name,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyRequest) Reset() {
+	*x = CreateApiKeyRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyRequest) ProtoMessage() {}
+
+func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CreateApiKeyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *CreateApiKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *CreateApiKeyRequest) GetCertificateCommonName() string {
+	if x != nil {
+		return x.CertificateCommonName
+	}
+	return ""
+}
+
+// CreateApiKeyResponse is the new principal and, for an API key, its
+// secret.
+type CreateApiKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal.
+	Principal *Principal `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The API key ("lh_" followed by 43 characters): send it as
+	// "authorization: Bearer <secret>". Shown only here, once; empty for a
+	// certificate principal.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyResponse) Reset() {
+	*x = CreateApiKeyResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyResponse) ProtoMessage() {}
+
+func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CreateApiKeyResponse) GetPrincipal() *Principal {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
+func (x *CreateApiKeyResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// ListApiKeysRequest filters the list.
+type ListApiKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Include revoked principals too.
+	IncludeRevoked bool `protobuf:"varint,1,opt,name=include_revoked,json=includeRevoked,proto3" json:"include_revoked,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListApiKeysRequest) Reset() {
+	*x = ListApiKeysRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysRequest) ProtoMessage() {}
+
+func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListApiKeysRequest) GetIncludeRevoked() bool {
+	if x != nil {
+		return x.IncludeRevoked
+	}
+	return false
+}
+
+// ListApiKeysResponse lists principals.
+type ListApiKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principals of the caller's tenant, oldest first.
+	Principals    []*Principal `protobuf:"bytes,1,rep,name=principals,proto3" json:"principals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApiKeysResponse) Reset() {
+	*x = ListApiKeysResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysResponse) ProtoMessage() {}
+
+func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListApiKeysResponse) GetPrincipals() []*Principal {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+// RevokeApiKeyRequest names the principal to revoke.
+type RevokeApiKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal's id (Principal.id).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyRequest) Reset() {
+	*x = RevokeApiKeyRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyRequest) ProtoMessage() {}
+
+func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RevokeApiKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RevokeApiKeyResponse is the revoked principal.
+type RevokeApiKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal, revoked_at set.
+	Principal     *Principal `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyResponse) Reset() {
+	*x = RevokeApiKeyResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyResponse) ProtoMessage() {}
+
+func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RevokeApiKeyResponse) GetPrincipal() *Principal {
+	if x != nil {
+		return x.Principal
+	}
+	return nil
+}
+
+// ListAuditEventsRequest pages the audit log.
+type ListAuditEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Page size: 0 = 50; capped at 500; negative is invalid.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response; empty for the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsRequest) Reset() {
+	*x = ListAuditEventsRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsRequest) ProtoMessage() {}
+
+func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListAuditEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAuditEventsResponse is one page of the audit log.
+type ListAuditEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Events, newest first.
+	Events []*AuditEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Pass to the next call; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsResponse) Reset() {
+	*x = ListAuditEventsResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsResponse) ProtoMessage() {}
+
+func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListAuditEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_leasehold_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
-	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x18leasehold/v1/types.proto\"\x13\n" +
+	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\x13\n" +
 	"\x11ListQueuesRequest\"q\n" +
 	"\fQueueSummary\x121\n" +
 	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\x12.\n" +
@@ -1279,7 +1717,34 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\abreaker\x18\x01 \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"\x14\n" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
-	"\aworkers\x18\x01 \x03(\v2\x18.leasehold.v1.WorkerInfoR\aworkers2\x96\b\n" +
+	"\aworkers\x18\x01 \x03(\v2\x18.leasehold.v1.WorkerInfoR\aworkers\"\xb9\x01\n" +
+	"\x13CreateApiKeyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x12.leasehold.v1.RoleR\x04role\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06queues\x18\x04 \x03(\tR\x06queues\x126\n" +
+	"\x17certificate_common_name\x18\x05 \x01(\tR\x15certificateCommonName\"e\n" +
+	"\x14CreateApiKeyResponse\x125\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x17.leasehold.v1.PrincipalR\tprincipal\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"=\n" +
+	"\x12ListApiKeysRequest\x12'\n" +
+	"\x0finclude_revoked\x18\x01 \x01(\bR\x0eincludeRevoked\"N\n" +
+	"\x13ListApiKeysResponse\x127\n" +
+	"\n" +
+	"principals\x18\x01 \x03(\v2\x17.leasehold.v1.PrincipalR\n" +
+	"principals\"%\n" +
+	"\x13RevokeApiKeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
+	"\x14RevokeApiKeyResponse\x125\n" +
+	"\tprincipal\x18\x01 \x01(\v2\x17.leasehold.v1.PrincipalR\tprincipal\"T\n" +
+	"\x16ListAuditEventsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
+	"\x17ListAuditEventsResponse\x120\n" +
+	"\x06events\x18\x01 \x03(\v2\x18.leasehold.v1.AuditEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xf8\n" +
+	"\n" +
 	"\fAdminService\x12O\n" +
 	"\n" +
 	"ListQueues\x12\x1f.leasehold.v1.ListQueuesRequest\x1a .leasehold.v1.ListQueuesResponse\x12I\n" +
@@ -1295,7 +1760,11 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x0eAbandonDeadJob\x12#.leasehold.v1.AbandonDeadJobRequest\x1a$.leasehold.v1.AbandonDeadJobResponse\x12U\n" +
 	"\fListBreakers\x12!.leasehold.v1.ListBreakersRequest\x1a\".leasehold.v1.ListBreakersResponse\x12U\n" +
 	"\fResetBreaker\x12!.leasehold.v1.ResetBreakerRequest\x1a\".leasehold.v1.ResetBreakerResponse\x12R\n" +
-	"\vListWorkers\x12 .leasehold.v1.ListWorkersRequest\x1a!.leasehold.v1.ListWorkersResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\vListWorkers\x12 .leasehold.v1.ListWorkersRequest\x1a!.leasehold.v1.ListWorkersResponse\x12U\n" +
+	"\fCreateApiKey\x12!.leasehold.v1.CreateApiKeyRequest\x1a\".leasehold.v1.CreateApiKeyResponse\x12R\n" +
+	"\vListApiKeys\x12 .leasehold.v1.ListApiKeysRequest\x1a!.leasehold.v1.ListApiKeysResponse\x12U\n" +
+	"\fRevokeApiKey\x12!.leasehold.v1.RevokeApiKeyRequest\x1a\".leasehold.v1.RevokeApiKeyResponse\x12^\n" +
+	"\x0fListAuditEvents\x12$.leasehold.v1.ListAuditEventsRequest\x1a%.leasehold.v1.ListAuditEventsResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_admin_service_proto_rawDescOnce sync.Once
@@ -1309,7 +1778,7 @@ func file_leasehold_v1_admin_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_admin_service_proto_rawDescData
 }
 
-var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*ListQueuesRequest)(nil),         // 0: leasehold.v1.ListQueuesRequest
 	(*QueueSummary)(nil),              // 1: leasehold.v1.QueueSummary
@@ -1336,58 +1805,82 @@ var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*ResetBreakerResponse)(nil),      // 22: leasehold.v1.ResetBreakerResponse
 	(*ListWorkersRequest)(nil),        // 23: leasehold.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),       // 24: leasehold.v1.ListWorkersResponse
-	(*QueuePolicy)(nil),               // 25: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),                // 26: leasehold.v1.QueueStats
-	(*DeadJob)(nil),                   // 27: leasehold.v1.DeadJob
-	(*Job)(nil),                       // 28: leasehold.v1.Job
-	(*Breaker)(nil),                   // 29: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),                // 30: leasehold.v1.WorkerInfo
+	(*CreateApiKeyRequest)(nil),       // 25: leasehold.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),      // 26: leasehold.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),        // 27: leasehold.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),       // 28: leasehold.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),       // 29: leasehold.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),      // 30: leasehold.v1.RevokeApiKeyResponse
+	(*ListAuditEventsRequest)(nil),    // 31: leasehold.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),   // 32: leasehold.v1.ListAuditEventsResponse
+	(*QueuePolicy)(nil),               // 33: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),                // 34: leasehold.v1.QueueStats
+	(*DeadJob)(nil),                   // 35: leasehold.v1.DeadJob
+	(*Job)(nil),                       // 36: leasehold.v1.Job
+	(*Breaker)(nil),                   // 37: leasehold.v1.Breaker
+	(*WorkerInfo)(nil),                // 38: leasehold.v1.WorkerInfo
+	(Role)(0),                         // 39: leasehold.v1.Role
+	(*Principal)(nil),                 // 40: leasehold.v1.Principal
+	(*AuditEvent)(nil),                // 41: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
-	25, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
-	26, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
+	33, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
+	34, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
 	1,  // 2: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
 	1,  // 3: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
-	25, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
-	25, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	25, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	25, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	27, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	27, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	28, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	27, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	29, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	29, // 13: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	30, // 14: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	0,  // 15: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 16: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 17: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 18: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 19: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 20: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 21: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 22: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 23: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 24: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 25: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	23, // 26: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	2,  // 27: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 28: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 29: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 30: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 31: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 32: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 33: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 34: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 35: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 36: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 37: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	24, // 38: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	33, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
+	33, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	33, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	33, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	35, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	35, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	36, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	35, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	37, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	37, // 13: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	38, // 14: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	39, // 15: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	40, // 16: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	40, // 17: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	40, // 18: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	41, // 19: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	0,  // 20: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	3,  // 21: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	5,  // 22: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	7,  // 23: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	9,  // 24: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	11, // 25: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	13, // 26: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	15, // 27: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	17, // 28: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	19, // 29: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	21, // 30: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	23, // 31: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	25, // 32: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	27, // 33: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	29, // 34: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	31, // 35: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	2,  // 36: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 37: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 38: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 39: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 40: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 41: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 42: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 43: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 44: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 45: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 46: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	24, // 47: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	26, // 48: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	28, // 49: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	30, // 50: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	32, // 51: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	36, // [36:52] is the sub-list for method output_type
+	20, // [20:36] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }
@@ -1395,6 +1888,7 @@ func file_leasehold_v1_admin_service_proto_init() {
 	if File_leasehold_v1_admin_service_proto != nil {
 		return
 	}
+	file_leasehold_v1_identity_proto_init()
 	file_leasehold_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1402,7 +1896,7 @@ func file_leasehold_v1_admin_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_admin_service_proto_rawDesc), len(file_leasehold_v1_admin_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,10 @@ const (
 	AdminService_ListBreakers_FullMethodName      = "/leasehold.v1.AdminService/ListBreakers"
 	AdminService_ResetBreaker_FullMethodName      = "/leasehold.v1.AdminService/ResetBreaker"
 	AdminService_ListWorkers_FullMethodName       = "/leasehold.v1.AdminService/ListWorkers"
+	AdminService_CreateApiKey_FullMethodName      = "/leasehold.v1.AdminService/CreateApiKey"
+	AdminService_ListApiKeys_FullMethodName       = "/leasehold.v1.AdminService/ListApiKeys"
+	AdminService_RevokeApiKey_FullMethodName      = "/leasehold.v1.AdminService/RevokeApiKey"
+	AdminService_ListAuditEvents_FullMethodName   = "/leasehold.v1.AdminService/ListAuditEvents"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -38,8 +42,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AdminService is the operator API: queues and their policies, the
-// dead-letter queue, circuit breakers and connected workers. Scoped to the
-// caller's tenant like everything else.
+// dead-letter queue, circuit breakers, connected workers, API keys and the
+// audit log. Scoped to the caller's tenant like everything else.
 type AdminServiceClient interface {
 	// ListQueues lists the queues that have jobs or a stored policy, with
 	// their stats.
@@ -73,6 +77,22 @@ type AdminServiceClient interface {
 	ResetBreaker(ctx context.Context, in *ResetBreakerRequest, opts ...grpc.CallOption) (*ResetBreakerResponse, error)
 	// ListWorkers lists workers connected through Connect to this coordinator.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// CreateApiKey creates a principal of the caller's tenant: an API key
+	// (its secret is in the response, and only there: it is stored as a
+	// hash and can never be shown again), or, with certificate_common_name,
+	// the principal of a client certificate for mTLS. Needs the admin role
+	// without queue scopes. Recorded in the audit log.
+	CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error)
+	// ListApiKeys lists the principals of the caller's tenant, oldest first,
+	// never with a secret.
+	ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error)
+	// RevokeApiKey revokes a principal of the caller's tenant: every
+	// coordinator refuses it within seconds. Revoking twice returns the
+	// principal unchanged. Recorded in the audit log.
+	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error)
+	// ListAuditEvents pages the audit log of the caller's tenant, newest
+	// first: operator actions with the principal that made them.
+	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -203,13 +223,53 @@ func (c *adminServiceClient) ListWorkers(ctx context.Context, in *ListWorkersReq
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateApiKeyResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateApiKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApiKeysResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListApiKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeApiKeyResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeApiKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAuditEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
 //
 // AdminService is the operator API: queues and their policies, the
-// dead-letter queue, circuit breakers and connected workers. Scoped to the
-// caller's tenant like everything else.
+// dead-letter queue, circuit breakers, connected workers, API keys and the
+// audit log. Scoped to the caller's tenant like everything else.
 type AdminServiceServer interface {
 	// ListQueues lists the queues that have jobs or a stored policy, with
 	// their stats.
@@ -243,6 +303,22 @@ type AdminServiceServer interface {
 	ResetBreaker(context.Context, *ResetBreakerRequest) (*ResetBreakerResponse, error)
 	// ListWorkers lists workers connected through Connect to this coordinator.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// CreateApiKey creates a principal of the caller's tenant: an API key
+	// (its secret is in the response, and only there: it is stored as a
+	// hash and can never be shown again), or, with certificate_common_name,
+	// the principal of a client certificate for mTLS. Needs the admin role
+	// without queue scopes. Recorded in the audit log.
+	CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error)
+	// ListApiKeys lists the principals of the caller's tenant, oldest first,
+	// never with a secret.
+	ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error)
+	// RevokeApiKey revokes a principal of the caller's tenant: every
+	// coordinator refuses it within seconds. Revoking twice returns the
+	// principal unchanged. Recorded in the audit log.
+	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error)
+	// ListAuditEvents pages the audit log of the caller's tenant, newest
+	// first: operator actions with the principal that made them.
+	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -288,6 +364,18 @@ func (UnimplementedAdminServiceServer) ResetBreaker(context.Context, *ResetBreak
 }
 func (UnimplementedAdminServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateApiKey not implemented")
+}
+func (UnimplementedAdminServiceServer) ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApiKeys not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeApiKey not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -526,6 +614,78 @@ func _AdminService_ListWorkers_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateApiKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateApiKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateApiKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateApiKey(ctx, req.(*CreateApiKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListApiKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApiKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListApiKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListApiKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListApiKeys(ctx, req.(*ListApiKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RevokeApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeApiKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeApiKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeApiKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeApiKey(ctx, req.(*RevokeApiKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListAuditEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAuditEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAuditEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAuditEvents(ctx, req.(*ListAuditEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -580,6 +740,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWorkers",
 			Handler:    _AdminService_ListWorkers_Handler,
+		},
+		{
+			MethodName: "CreateApiKey",
+			Handler:    _AdminService_CreateApiKey_Handler,
+		},
+		{
+			MethodName: "ListApiKeys",
+			Handler:    _AdminService_ListApiKeys_Handler,
+		},
+		{
+			MethodName: "RevokeApiKey",
+			Handler:    _AdminService_RevokeApiKey_Handler,
+		},
+		{
+			MethodName: "ListAuditEvents",
+			Handler:    _AdminService_ListAuditEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -33,8 +33,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // JobService is the producer API: submit jobs, read them, cancel them, watch
-// them. Every call is scoped to the caller's tenant; another tenant's job
-// answers exactly like a missing one (NOT_FOUND, reason JOB_NOT_FOUND).
+// them. Every call is scoped to the caller's tenant (its principal's, when
+// the coordinator authenticates callers); another tenant's job answers
+// exactly like a missing one (NOT_FOUND, reason JOB_NOT_FOUND), and so does
+// a job outside the queues a principal is limited to. A call without valid
+// credentials fails with UNAUTHENTICATED, one the caller's role or queues do
+// not allow with PERMISSION_DENIED (ErrorInfo reasons of the same names).
 type JobServiceClient interface {
 	// CreateJob accepts one job, idempotently by request_id.
 	//
@@ -155,8 +159,12 @@ type JobService_WatchJobClient = grpc.ServerStreamingClient[WatchJobResponse]
 // for forward compatibility.
 //
 // JobService is the producer API: submit jobs, read them, cancel them, watch
-// them. Every call is scoped to the caller's tenant; another tenant's job
-// answers exactly like a missing one (NOT_FOUND, reason JOB_NOT_FOUND).
+// them. Every call is scoped to the caller's tenant (its principal's, when
+// the coordinator authenticates callers); another tenant's job answers
+// exactly like a missing one (NOT_FOUND, reason JOB_NOT_FOUND), and so does
+// a job outside the queues a principal is limited to. A call without valid
+// credentials fails with UNAUTHENTICATED, one the caller's role or queues do
+// not allow with PERMISSION_DENIED (ErrorInfo reasons of the same names).
 type JobServiceServer interface {
 	// CreateJob accepts one job, idempotently by request_id.
 	//

@@ -43,6 +43,11 @@ const (
 // Any client can use the unary calls (grpcurl included); long-running
 // workers use Connect, which pushes leases as jobs become available.
 //
+// With authentication on, every call but GetVersion needs the worker role
+// (or admin), and a worker id belongs to the principal that first used it:
+// another principal claiming, connecting or reporting as that id gets
+// PERMISSION_DENIED.
+//
 // Every lease-bound call is a compare-and-set on (job LEASED, owner,
 // generation, lease not expired). When it does not hold the answer is
 // FAILED_PRECONDITION with ErrorInfo reason LEASE_LOST: stop working on the
@@ -217,6 +222,11 @@ func (c *workerServiceClient) GetVersion(ctx context.Context, in *GetVersionRequ
 //
 // Any client can use the unary calls (grpcurl included); long-running
 // workers use Connect, which pushes leases as jobs become available.
+//
+// With authentication on, every call but GetVersion needs the worker role
+// (or admin), and a worker id belongs to the principal that first used it:
+// another principal claiming, connecting or reporting as that id gets
+// PERMISSION_DENIED.
 //
 // Every lease-bound call is a compare-and-set on (job LEASED, owner,
 // generation, lease not expired). When it does not hold the answer is

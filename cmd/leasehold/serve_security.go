@@ -1,0 +1,135 @@
+package main
+
+// serve's security flags: TLS (certificate files reloaded when they
+// change), client certificate verification, the auth mode, and the refusal
+// to serve unauthenticated beyond loopback.
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/certreload"
+)
+
+// Environment variables of serve's security flags. The certificate
+// variables say SERVER so that a shell set up for the CLI's client
+// certificate (LEASEHOLD_TLS_CERT_FILE) never hands it to serve as the
+// server's.
+const (
+	envAuth              = "LEASEHOLD_AUTH"
+	envServerTLSCert     = "LEASEHOLD_SERVER_TLS_CERT_FILE"
+	envServerTLSKey      = "LEASEHOLD_SERVER_TLS_KEY_FILE"
+	envServerTLSClientCA = "LEASEHOLD_SERVER_TLS_CLIENT_CA_FILE"
+)
+
+// securityFlags are serve's TLS and auth flags.
+type securityFlags struct {
+	auth         string
+	certFile     string
+	keyFile      string
+	clientCAFile string
+	// allowUnauthenticated lets --auth none listen beyond loopback. It
+	// has no environment variable on purpose: it must be on the command
+	// line, where it is seen.
+	allowUnauthenticated bool
+}
+
+func (c *cli) addSecurityFlags(fs *pflag.FlagSet, f *securityFlags) {
+	fs.StringVar(&f.auth, "auth", envOr(c.getenv, envAuth, string(coordinator.AuthNone)),
+		"how callers authenticate: none, api-key or mtls (env "+envAuth+")")
+	fs.StringVar(&f.certFile, "tls-cert-file", c.getenv(envServerTLSCert),
+		"serve TLS with this PEM certificate (chain), re-read when it changes (env "+envServerTLSCert+")")
+	fs.StringVar(&f.keyFile, "tls-key-file", c.getenv(envServerTLSKey),
+		"the certificate's PEM private key (env "+envServerTLSKey+")")
+	fs.StringVar(&f.clientCAFile, "tls-client-ca-file", c.getenv(envServerTLSClientCA),
+		"verify client certificates against these PEM CAs: required with --auth mtls, optional otherwise (env "+envServerTLSClientCA+")")
+	fs.BoolVar(&f.allowUnauthenticated, "insecure-allow-unauthenticated", false,
+		"with --auth none, listen on a non-loopback address anyway: anyone who reaches the port may do anything")
+}
+
+// check validates the flag combination.
+func (f *securityFlags) check() error {
+	switch coordinator.AuthMode(f.auth) {
+	case coordinator.AuthNone, coordinator.AuthAPIKey, coordinator.AuthMTLS:
+	default:
+		return usagef("--auth %q: use none, api-key or mtls", f.auth)
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		return usagef("--tls-cert-file and --tls-key-file go together")
+	}
+	if f.clientCAFile != "" && f.certFile == "" {
+		return usagef("--tls-client-ca-file needs TLS: set --tls-cert-file and --tls-key-file")
+	}
+	if coordinator.AuthMode(f.auth) == coordinator.AuthMTLS && f.clientCAFile == "" {
+		return usagef("--auth mtls needs --tls-cert-file, --tls-key-file and --tls-client-ca-file")
+	}
+	return nil
+}
+
+// tlsConfig loads the certificate files into a reloading TLS config, or
+// returns nil without TLS. Client certificates are required with --auth
+// mtls and otherwise only verified when given, so that clients without one
+// (kubelet probes of grpc.health.v1, API-key clients) still connect.
+func (f *securityFlags) tlsConfig(log *slog.Logger) (*tls.Config, error) {
+	if f.certFile == "" {
+		return nil, nil
+	}
+	clientAuth := tls.VerifyClientCertIfGiven
+	if coordinator.AuthMode(f.auth) == coordinator.AuthMTLS {
+		clientAuth = tls.RequireAndVerifyClientCert
+	}
+	r, err := certreload.New(certreload.Config{
+		CertFile: f.certFile, KeyFile: f.keyFile, ClientCAFile: f.clientCAFile,
+		ClientAuth: clientAuth, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.ServerConfig(), nil
+}
+
+// checkExposure refuses to serve unauthenticated beyond loopback unless
+// --insecure-allow-unauthenticated, and warns (at every start) about the
+// setups that are allowed but unsafe.
+func (f *securityFlags) checkExposure(log *slog.Logger, addr net.Addr) error {
+	loopback := isLoopback(addr)
+	mode := coordinator.AuthMode(f.auth)
+	switch {
+	case mode == coordinator.AuthNone && !loopback && !f.allowUnauthenticated:
+		return usagef("refusing to listen on %s with --auth none: anyone who can reach it could do anything. "+
+			"Use --auth api-key or --auth mtls (see \"leasehold key create\"), listen on 127.0.0.1, "+
+			"or pass --insecure-allow-unauthenticated", addr)
+	case mode == coordinator.AuthNone && !loopback:
+		log.Warn("INSECURE: serving without authentication on a non-loopback address (--insecure-allow-unauthenticated): "+
+			"anyone who can reach it may create, read, cancel and complete any job", slog.String("listen", addr.String()))
+	case mode == coordinator.AuthAPIKey && f.certFile == "" && !loopback:
+		log.Warn("API keys will cross the network in clear text: serve TLS (--tls-cert-file) unless a proxy or mesh terminates TLS in front",
+			slog.String("listen", addr.String()))
+	}
+	if f.allowUnauthenticated && mode != coordinator.AuthNone {
+		log.Warn("--insecure-allow-unauthenticated has no effect with --auth " + f.auth)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr is a loopback listener: 127.0.0.0/8 or
+// ::1. The unspecified address (0.0.0.0, ::) listens on every interface.
+func isLoopback(addr net.Addr) bool {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}

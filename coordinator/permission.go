@@ -1,0 +1,133 @@
+package coordinator
+
+import (
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// permission is what one RPC needs. Roles hold permissions (rolePermissions);
+// every RPC needs exactly one (methodPermissions).
+type permission string
+
+// The permissions.
+const (
+	// permPublic: no credential needed (health checks, reflection). The
+	// auth interceptor is skipped for these services altogether.
+	permPublic permission = "public"
+	// permAuthenticated: any valid principal (GetVersion).
+	permAuthenticated permission = "authenticated"
+	permJobsCreate    permission = "jobs.create"
+	permJobsRead      permission = "jobs.read"
+	permJobsCancel    permission = "jobs.cancel"
+	// permWork: claim jobs and report on their leases, unary or over
+	// Connect.
+	permWork         permission = "work"
+	permQueuesRead   permission = "queues.read"
+	permQueuesWrite  permission = "queues.write"
+	permDeadRead     permission = "dead.read"
+	permDeadWrite    permission = "dead.write"
+	permBreakerRead  permission = "breakers.read"
+	permBreakerWrite permission = "breakers.write"
+	permWorkersRead  permission = "workers.read"
+	permAuditRead    permission = "audit.read"
+	permKeysManage   permission = "keys.manage"
+)
+
+// methodPermissions is THE table: every RPC of every service the
+// coordinator registers, by full method name, with the permission it
+// needs. A method missing here is refused (PERMISSION_DENIED), and
+// TestEveryMethodHasAPermission walks the registered services so that
+// none is forgotten. Add a row in the same change as the RPC.
+var methodPermissions = map[string]permission{
+	// JobService: producers.
+	leaseholdv1.JobService_CreateJob_FullMethodName:       permJobsCreate,
+	leaseholdv1.JobService_BatchCreateJobs_FullMethodName: permJobsCreate,
+	leaseholdv1.JobService_GetJob_FullMethodName:          permJobsRead,
+	leaseholdv1.JobService_ListJobs_FullMethodName:        permJobsRead,
+	leaseholdv1.JobService_ListJobEvents_FullMethodName:   permJobsRead,
+	leaseholdv1.JobService_WatchJob_FullMethodName:        permJobsRead,
+	leaseholdv1.JobService_CancelJob_FullMethodName:       permJobsCancel,
+
+	// WorkerService: workers. Every lease-bound call also needs the
+	// worker id to belong to the caller (checkWorker).
+	leaseholdv1.WorkerService_Claim_FullMethodName:          permWork,
+	leaseholdv1.WorkerService_Renew_FullMethodName:          permWork,
+	leaseholdv1.WorkerService_Complete_FullMethodName:       permWork,
+	leaseholdv1.WorkerService_Retry_FullMethodName:          permWork,
+	leaseholdv1.WorkerService_Cancel_FullMethodName:         permWork,
+	leaseholdv1.WorkerService_Release_FullMethodName:        permWork,
+	leaseholdv1.WorkerService_SaveCheckpoint_FullMethodName: permWork,
+	leaseholdv1.WorkerService_ReserveEffect_FullMethodName:  permWork,
+	leaseholdv1.WorkerService_RecordEffect_FullMethodName:   permWork,
+	leaseholdv1.WorkerService_Connect_FullMethodName:        permWork,
+	leaseholdv1.WorkerService_GetVersion_FullMethodName:     permAuthenticated,
+
+	// AdminService: operators, readers, admins.
+	leaseholdv1.AdminService_ListQueues_FullMethodName:        permQueuesRead,
+	leaseholdv1.AdminService_GetQueue_FullMethodName:          permQueuesRead,
+	leaseholdv1.AdminService_UpdateQueuePolicy_FullMethodName: permQueuesWrite,
+	leaseholdv1.AdminService_PauseQueue_FullMethodName:        permQueuesWrite,
+	leaseholdv1.AdminService_ResumeQueue_FullMethodName:       permQueuesWrite,
+	leaseholdv1.AdminService_ListDeadJobs_FullMethodName:      permDeadRead,
+	leaseholdv1.AdminService_GetDeadJob_FullMethodName:        permDeadRead,
+	leaseholdv1.AdminService_ReplayDeadJob_FullMethodName:     permDeadWrite,
+	leaseholdv1.AdminService_AbandonDeadJob_FullMethodName:    permDeadWrite,
+	leaseholdv1.AdminService_ListBreakers_FullMethodName:      permBreakerRead,
+	leaseholdv1.AdminService_ResetBreaker_FullMethodName:      permBreakerWrite,
+	leaseholdv1.AdminService_ListWorkers_FullMethodName:       permWorkersRead,
+	leaseholdv1.AdminService_CreateApiKey_FullMethodName:      permKeysManage,
+	leaseholdv1.AdminService_ListApiKeys_FullMethodName:       permKeysManage,
+	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:      permKeysManage,
+	leaseholdv1.AdminService_ListAuditEvents_FullMethodName:   permAuditRead,
+
+	// Health and reflection: public, so that load balancers and kubelet
+	// probes (which cannot present credentials) and grpcurl's discovery
+	// work. Reflection only describes the API, which is public anyway.
+	healthpb.Health_Check_FullMethodName:                                   permPublic,
+	healthpb.Health_List_FullMethodName:                                    permPublic,
+	healthpb.Health_Watch_FullMethodName:                                   permPublic,
+	reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      permPublic,
+	reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: permPublic,
+}
+
+// publicServices are the services whose every method is permPublic: the
+// auth interceptor is skipped for them (selector), so a call without
+// credentials reaches them on every auth mode.
+var publicServices = map[string]bool{
+	healthpb.Health_ServiceDesc.ServiceName:                    true,
+	reflectionv1.ServerReflection_ServiceDesc.ServiceName:      true,
+	reflectionv1alpha.ServerReflection_ServiceDesc.ServiceName: true,
+}
+
+// rolePermissions is what each role may do. Readers see jobs with their
+// payloads, results, metadata, events and lease owners and generations,
+// but no lease-bound call accepts a reader, so what a reader sees cannot
+// be used to publish for a job.
+var rolePermissions = map[store.Role][]permission{
+	store.RoleProducer: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel},
+	store.RoleWorker:   {permAuthenticated, permWork},
+	store.RoleReader: {permAuthenticated, permJobsRead, permQueuesRead, permDeadRead,
+		permBreakerRead, permWorkersRead},
+	store.RoleOperator: {permAuthenticated, permJobsRead, permJobsCancel, permQueuesRead, permQueuesWrite,
+		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permAuditRead},
+	store.RoleAdmin: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel, permWork,
+		permQueuesRead, permQueuesWrite, permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite,
+		permWorkersRead, permAuditRead, permKeysManage},
+}
+
+// allows reports whether role holds perm.
+func allows(role store.Role, perm permission) bool {
+	if perm == permPublic {
+		return true
+	}
+	for _, p := range rolePermissions[role] {
+		if p == perm {
+			return true
+		}
+	}
+	return false
+}
