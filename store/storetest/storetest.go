@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		retentionTests(),
 		concurrencyTests(),
 		batchTests(),
+		metricsTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
