@@ -183,5 +183,5 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 }
 
 func (a *adminService) ListWorkers(ctx context.Context, _ *leaseholdv1.ListWorkersRequest) (*leaseholdv1.ListWorkersResponse, error) {
-	return &leaseholdv1.ListWorkersResponse{Workers: a.c.workers(tenantFrom(ctx))}, nil
+	return &leaseholdv1.ListWorkersResponse{Workers: a.c.listWorkers(tenantFrom(ctx))}, nil
 }

@@ -43,6 +43,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	}
 	p := cr.params
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Worker, p.Queues...)
 	select {
 	case <-c.closing:
 		return &leaseholdv1.ClaimResponse{}, nil
@@ -60,6 +61,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	}
 	if len(jobs) > 0 {
 		c.activity.leased.Add(int64(len(jobs)))
+		c.leasesClaimed(ctx, p.Tenant, jobs)
 		c.changes.notify()
 	}
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
@@ -138,6 +140,7 @@ func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawTokens(p.Tenant, p.Tokens)
 	res, err := c.store.Renew(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -152,6 +155,7 @@ func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteR
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Complete(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -167,6 +171,7 @@ func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Retry(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -182,6 +187,7 @@ func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelReque
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.CancelByHolder(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -197,6 +203,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Release(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -210,6 +217,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 // queue wakes dispatch.
 func (c *Coordinator) finished(tenant string, job *store.Job) {
 	c.activity.ended(job.State)
+	c.metrics.jobEnded(context.Background(), tenant, job)
 	c.untrack(tenant, job.ID)
 	c.changes.notify()
 	if job.State == store.JobStateQueued {
@@ -224,6 +232,7 @@ func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.Sav
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	cp, err := c.store.SaveCheckpoint(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -239,6 +248,7 @@ func (w *workerService) ReserveEffect(ctx context.Context, req *leaseholdv1.Rese
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	eff, reserved, err := c.store.ReserveEffect(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -253,6 +263,7 @@ func (w *workerService) RecordEffect(ctx context.Context, req *leaseholdv1.Recor
 		return nil, toStatus(ctx, c.log, err)
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	eff, err := c.store.RecordEffect(ctx, p)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, statusError(codes.NotFound, ReasonEffectNotFound,
