@@ -16,7 +16,8 @@ import (
 // page. Replays are idempotent, so running this twice creates nothing new.
 func ExampleClient_ReplayDeadJob() {
 	ctx := context.Background()
-	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("127.0.0.1:7400",
+		append(worker.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,7 +15,8 @@ import (
 // Create a job idempotently, then watch its events until it finishes.
 func ExampleClient_Create() {
 	ctx := context.Background()
-	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("127.0.0.1:7400",
+		append(worker.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		log.Fatal(err)
 	}

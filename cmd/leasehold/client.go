@@ -107,11 +107,12 @@ func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
 // usage template reads it.
 const annotationGlobalFlags = "leasehold/global-flags"
 
-// dial opens a connection to --addr. grpc.NewClient does not connect until
-// the first call, so an unreachable coordinator surfaces as UNAVAILABLE
-// from that call and is described by describeError.
+// dial opens a connection to --addr, with the SDK's dial options (its
+// calls are traced when telemetry is on). grpc.NewClient does not connect
+// until the first call, so an unreachable coordinator surfaces as
+// UNAVAILABLE from that call and is described by describeError.
 func (c *cli) dial() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(c.global.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.global.addr, append(worker.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.global.addr, err)
 	}
@@ -137,12 +138,17 @@ func (c *cli) follow(cmd *cobra.Command, fn func(ctx context.Context, client *wo
 }
 
 func (c *cli) callWithin(cmd *cobra.Command, timeout time.Duration, fn func(context.Context, *worker.Client, *printer) error) error {
+	ctx, endTrace, err := c.traceCommand(cmd, serviceNameCLI)
+	if err != nil {
+		return err
+	}
+	defer endTrace()
 	conn, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+	cancel := context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
