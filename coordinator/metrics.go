@@ -120,7 +120,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Duration of one dispatch round: the claim for every waiting stream and long-poll, and the deliveries."),
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
 	errs = append(errs, err)
-	m.breakerState, err = m.meter.Int64Gauge("leasehold.breaker.state", metric.WithUnit("1"),
+	m.breakerState, err = m.meter.Int64Gauge("leasehold.breaker.state",
 		metric.WithDescription("Circuit breaker state by tenant and dependency: 0 closed, 1 half-open, 2 open."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {

@@ -62,6 +62,12 @@ type observed struct {
 
 func newObserved(t *testing.T) *observed {
 	t.Helper()
+	return newObservedWith(t, nil)
+}
+
+// newObservedWith is newObserved with a last say on the config.
+func newObservedWith(t *testing.T, configure func(*Config)) *observed {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "leasehold.db")})
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +75,14 @@ func newObserved(t *testing.T) *observed {
 	o := &observed{st: &outageStore{Store: st}, reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder(), logs: &syncBuffer{}}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(o.reader))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
-	c, err := New(Config{
+	cfg := Config{
 		Store: o.st, Logger: slogDebug(o.logs), MeterProvider: mp, TracerProvider: tp,
 		QueueMetricsInterval: time.Hour, // a reading is reused until the test says otherwise
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
