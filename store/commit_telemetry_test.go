@@ -15,7 +15,9 @@ import (
 
 type countingObserver struct{ items int }
 
-func (o *countingObserver) CommitBatch(_ string, items int, _ time.Duration, _ error) { o.items += items }
+func (o *countingObserver) CommitBatch(_ string, items int, _ time.Duration, _ error) {
+	o.items += items
+}
 
 func TestCommitTelemetry(t *testing.T) {
 	t.Parallel()
