@@ -32,7 +32,7 @@ MODES  ?= drain combined latency
 # Extra flags for every run, e.g. BENCH_FLAGS="--jobs 5000 --duration 5s".
 BENCH_FLAGS ?=
 
-.PHONY: all tools generate lint build test run bench bench-compare fuzz clean helm manifests image deploy-check
+.PHONY: all tools grpcurl generate lint breaking build test ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
 
 all: lint build test
 
@@ -56,6 +56,11 @@ $(BIN)/helm:
 
 tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
 
+## grpcurl: install only grpcurl into ./.bin (for the README's grpcurl lines).
+grpcurl: $(BIN)/grpcurl
+	@echo 'grpcurl is in ./.bin; put it on your PATH with:'
+	@echo '  export PATH="$$PWD/.bin:$$PATH"'
+
 ## generate: regenerate gen/ from proto/ with the pinned buf and plugins.
 generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 	buf generate
@@ -67,13 +72,26 @@ lint: $(BIN)/buf
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
+## breaking: buf breaking against the previous commit (.ci/run runs it):
+## the API may grow, never break.
+breaking: $(BIN)/buf
+	buf breaking --against '.git#ref=HEAD~1'
+
 ## build: build the leasehold binary into ./.bin.
 build:
 	go build -o $(BIN)/leasehold ./cmd/leasehold
+	@echo 'built ./.bin/leasehold; put it on your PATH with:'
+	@echo '  export PATH="$$PWD/.bin:$$PATH"'
 
-## test: every test, with the race detector, PostgreSQL included.
-test: $(BIN)/grpcurl
+## test: every test, with the race detector, PostgreSQL included (the test
+## database is created when missing).
+test: $(BIN)/grpcurl ensure-test-db
 	go test $(GO_TEST_FLAGS) ./...
+
+## ensure-test-db: create the database of LEASEHOLD_TEST_DATABASE_URL when
+## the server has none (no psql needed).
+ensure-test-db:
+	go run ./internal/pgtest/cmd/ensuredb
 
 ## run: start the coordinator on the embedded SQLite default.
 run:
@@ -106,6 +124,12 @@ image:
 ## deploy-check: helm lint, the strict manifest test, the image (deploy/ci.sh).
 deploy-check:
 	deploy/ci.sh
+
+## prometheus-check: a real Prometheus (Debian's package, installed when
+## missing) scrapes a real leasehold serve on loopback and must see the
+## queue-depth metric (deploy/prometheus-check.sh).
+prometheus-check:
+	deploy/prometheus-check.sh
 
 clean:
 	rm -rf $(BIN) bench.txt

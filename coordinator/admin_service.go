@@ -228,7 +228,7 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 }
 
 func (a *adminService) ListWorkers(ctx context.Context, _ *leaseholdv1.ListWorkersRequest) (*leaseholdv1.ListWorkersResponse, error) {
-	ws := a.c.workers(tenantFrom(ctx))
+	ws := a.c.listWorkers(tenantFrom(ctx))
 	if callerFrom(ctx).scoped() {
 		// A scoped caller sees the workers that consume one of its
 		// queues.

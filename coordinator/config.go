@@ -11,6 +11,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -134,6 +138,29 @@ type Config struct {
 	// counters (jobs created, leases granted, outcomes) at Info, when they
 	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
 	ActivityLogInterval time.Duration
+	// ReadinessProbeInterval is how often the store is probed (Store.Now)
+	// for the readiness health status; a probe also times out after it.
+	// Default ReadinessProbeIntervalDefault (5s).
+	ReadinessProbeInterval time.Duration
+	// QueueMetricsInterval is how old the queue gauges may get before a
+	// collection reads the store again. Default QueueMetricsIntervalDefault
+	// (5s).
+	QueueMetricsInterval time.Duration
+	// WorkerSeenWindow is how long a unary-only worker stays in ListWorkers
+	// after its last call. Default WorkerSeenWindowDefault (2m).
+	WorkerSeenWindow time.Duration
+	// Metrics records the coordinator's metrics. Nil: NewMetrics over
+	// MeterProvider. Pass one created with NewMetrics when the store's
+	// committer reports into it too.
+	Metrics *Metrics
+	// MeterProvider receives the RPC metrics of the otelgrpc stats handler
+	// (and the coordinator's own, when Metrics is nil). Nil: otel's global
+	// MeterProvider.
+	MeterProvider metric.MeterProvider
+	// TracerProvider records the RPC spans of the otelgrpc stats handler
+	// and the coordinator's lease spans. Nil: otel's global
+	// TracerProvider.
+	TracerProvider trace.TracerProvider
 	// Now, when set, is passed as Now to every store call and used for the
 	// coordinator's own time decisions, so tests can cross lease expiry
 	// without sleeping. Nil in production: the store's clock is the one
@@ -165,6 +192,15 @@ func (c Config) WithDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
+	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
+	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
+	c.WorkerSeenWindow = cmp.Or(c.WorkerSeenWindow, WorkerSeenWindowDefault)
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -207,6 +243,9 @@ func (c Config) Validate() error {
 		{"ReapIntervalMax", c.ReapIntervalMax},
 		{"RetentionInterval", c.RetentionInterval},
 		{"ShutdownGrace", c.ShutdownGrace},
+		{"ReadinessProbeInterval", c.ReadinessProbeInterval},
+		{"QueueMetricsInterval", c.QueueMetricsInterval},
+		{"WorkerSeenWindow", c.WorkerSeenWindow},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -40,6 +41,15 @@ type Coordinator struct {
 	changes    *broadcast
 	activity   activity
 	reporter   *activityReporter
+	metrics    *Metrics
+	tracer     trace.Tracer
+	ready      readiness
+	seen       *seenWorkers
+	// queueGauges caches the store reading behind the queue gauges.
+	queueGauges queueGauges
+	// readinessDone is closed when the store prober has returned; nil
+	// until Serve starts it.
+	readinessDone chan struct{}
 
 	// auth resolves each call's caller (auth.go); workerOwners caches
 	// which principal owns which worker id (worker_identity.go).
@@ -99,6 +109,13 @@ func New(cfg Config) (*Coordinator, error) {
 		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
 		cache: newPrincipalCache(cfg.AuthCacheTTL), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
+	c.tracer = cfg.TracerProvider.Tracer(tracerName)
+	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)
+	c.queueGauges.interval = cfg.QueueMetricsInterval
+	if err := c.setUpMetrics(); err != nil {
+		bgCancel(nil)
+		return nil, err
+	}
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
@@ -114,10 +131,10 @@ func New(cfg Config) (*Coordinator, error) {
 	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
-	for _, svc := range []string{"", leaseholdv1.JobService_ServiceDesc.ServiceName,
-		leaseholdv1.WorkerService_ServiceDesc.ServiceName, leaseholdv1.AdminService_ServiceDesc.ServiceName} {
-		c.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-	}
+	// The store answered when it was opened: ready until a probe says
+	// otherwise. Liveness never changes.
+	c.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
+	c.publishHealth()
 	return c, nil
 }
 
@@ -138,6 +155,11 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
 		c.reporter.Start(c.bgCtx)
+		c.readinessDone = make(chan struct{})
+		go func() {
+			defer close(c.readinessDone)
+			c.runReadiness(c.bgCtx)
+		}()
 	})
 	c.log.Info("leasehold coordinator serving",
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
@@ -153,8 +175,9 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 // Shutdown stops the coordinator in written-down steps; it is safe to call
 // twice (the second call waits for nothing and returns the first result):
 //
-//  1. Health reports NOT_SERVING, so load balancers and SDKs stop sending
-//     new work here.
+//  1. Readiness (and the overall health status) reports NOT_SERVING, so
+//     load balancers and SDKs stop sending new work here; liveness stays
+//     SERVING while the process runs.
 //  2. Dispatch stops pushing new leases; long-poll Claims and WatchJob
 //     streams end; new Connect streams are refused.
 //  3. Every worker stream gets Drain, and the streams get up to
@@ -177,7 +200,7 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.log.InfoContext(ctx, "leasehold coordinator shutting down", slog.Duration("grace", grace))
 
 	// 1.
-	c.health.Shutdown()
+	c.markShuttingDown()
 
 	// 2.
 	c.dispatcher.Quiesce()
@@ -229,6 +252,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.pruner.Stop()
 	c.reporter.Stop()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
+	if c.readinessDone != nil {
+		<-c.readinessDone
+	}
 	c.reporter.runOnce(ctx, activityCounts{})
 
 	// 6.

@@ -78,6 +78,7 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 			continue
 		}
 		c.activity.created.Add(1)
+		c.metrics.jobCreated(ctx, tenant, r.Job.Queue, 1)
 		c.dispatcher.Wake(tenant, r.Job.Queue)
 	}
 	return res, nil
@@ -146,6 +147,7 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 	}
 	if job.State == store.JobStateCancelled {
 		c.activity.cancelled.Add(1)
+		c.metrics.jobEnded(ctx, p.Tenant, job)
 	}
 	c.changes.notify()
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil

@@ -71,7 +71,8 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		return statusError(codes.Internal, ReasonInternal, "internal error")
 	})
 	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
 		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + recvHeadroom),
 		// Responses carry whole jobs (ListJobs pages, batches of claimed
 		// jobs), up to page size × payload limit; they are bounded by the
@@ -128,18 +129,19 @@ func interceptorLogger(l *slog.Logger) logging.Logger {
 }
 
 // codeToLevel keeps routine calls at Debug (a busy fleet makes thousands a
-// second), caller mistakes at Info, and server trouble at Warn/Error.
-// Cancelled calls are client-caused endings (a worker closing its stream)
-// and stay at Debug.
+// second), caller mistakes at Info, and server trouble at Warn/Error:
+// UNAVAILABLE (the store is down, or calls are shed) and RESOURCE_EXHAUSTED
+// (a caller over its rate, the server overloaded) are both signs of
+// overload an operator should see. Cancelled calls are client-caused
+// endings (a worker closing its stream) and stay at Debug.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {
 	case codes.OK, codes.Canceled, codes.DeadlineExceeded:
 		return logging.LevelDebug
 	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition,
-		codes.Aborted, codes.OutOfRange, codes.Unauthenticated, codes.PermissionDenied,
-		codes.ResourceExhausted:
+		codes.Aborted, codes.OutOfRange, codes.Unauthenticated, codes.PermissionDenied:
 		return logging.LevelInfo
-	case codes.Unavailable, codes.Unimplemented:
+	case codes.Unavailable, codes.Unimplemented, codes.ResourceExhausted:
 		return logging.LevelWarn
 	default:
 		return logging.LevelError

@@ -112,6 +112,9 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j)}})
 	}
 	s.mu.Unlock()
+	for _, j := range jobs {
+		c.leasePushed(s.tenant, j)
+	}
 	c.activity.leased.Add(int64(len(jobs)))
 	c.changes.notify()
 	return true

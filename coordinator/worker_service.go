@@ -48,10 +48,12 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 		return nil, err
 	}
 	p.Tenant = tenantFrom(ctx)
+	c.sawWorker(p.Tenant, p.Worker, p.Queues...)
 	jobs, err := c.claim(ctx, p, cr.wait)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.leasesClaimed(ctx, p.Tenant, jobs)
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {
 		out = append(out, toLeasedJob(j))
@@ -156,6 +158,7 @@ func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawTokens(p.Tenant, p.Tokens)
 	res, err := c.store.Renew(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -173,6 +176,7 @@ func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteR
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Complete(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -191,6 +195,7 @@ func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Retry(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -209,6 +214,7 @@ func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelReque
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.CancelByHolder(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -227,6 +233,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	job, err := c.store.Release(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -240,6 +247,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 // queue wakes dispatch.
 func (c *Coordinator) finished(tenant string, job *store.Job) {
 	c.activity.ended(job.State)
+	c.metrics.jobEnded(context.Background(), tenant, job)
 	c.leaseEnded(tenant, job.LeaseOwner, job.ID)
 	c.changes.notify()
 	if job.State == store.JobStateQueued {
@@ -257,6 +265,7 @@ func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.Sav
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	cp, err := c.store.SaveCheckpoint(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -275,6 +284,7 @@ func (w *workerService) ReserveEffect(ctx context.Context, req *leaseholdv1.Rese
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	eff, reserved, err := c.store.ReserveEffect(ctx, p)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -292,6 +302,7 @@ func (w *workerService) RecordEffect(ctx context.Context, req *leaseholdv1.Recor
 		return nil, err
 	}
 	p.Tenant, p.Now = tenantFrom(ctx), c.now()
+	c.sawWorker(p.Tenant, p.Token.WorkerID)
 	eff, err := c.store.RecordEffect(ctx, p)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, statusError(codes.NotFound, ReasonEffectNotFound,

@@ -29,7 +29,7 @@ const (
 	nonrootUID        = 65532
 	tlsDir            = "/etc/leasehold/tls"
 	databaseURLEnv    = "LEASEHOLD_DATABASE_URL"
-	traceFlushTimeout = 5 * time.Second // cmd/leasehold telemetryShutdownTimeout
+	traceFlushTimeout = 5 * time.Second // cmd/leasehold telemetryShutdownTimeout (traces and metrics)
 	hookPhases        = "pre-install,pre-upgrade"
 )
 
@@ -307,6 +307,8 @@ func TestBadValuesFail(t *testing.T) {
 		{"no database", "database.existingSecret=", "database.existingSecret"},
 		{"bad log level", "logLevel=verbose", "logLevel"},
 		{"bad grace", "shutdownGrace=10", "shutdownGrace"},
+		{"gRPC probes on a TLS port", "tls.enabled=true,tls.secretName=s,probes.type=grpc", "probes.type grpc"},
+		{"unknown probe type", "probes.type=tcp", "probes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := runRender("--set", tc.set)
@@ -366,15 +368,21 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 		t.Errorf("container ports = %v, want grpc %d and http %d", ports, grpcPort, httpPort)
 	}
 
-	// Probes: native gRPC on the gRPC port, health service names.
-	wantMode := ""
+	// Probes: without TLS, native gRPC on the gRPC port with the health
+	// service names; with TLS, httpGet on the plaintext HTTP port, since
+	// the kubelet's gRPC probe cannot do TLS or mTLS.
 	if want.tls {
-		wantMode = string(corev1.GRPCProbeModeTLS)
-	}
-	checkGRPCProbe(t, "liveness", c.LivenessProbe, "liveness", wantMode)
-	checkGRPCProbe(t, "readiness", c.ReadinessProbe, "readiness", wantMode)
-	if c.StartupProbe != nil {
-		checkGRPCProbe(t, "startup", c.StartupProbe, "liveness", wantMode)
+		checkHTTPProbe(t, "liveness", c.LivenessProbe, "/healthz")
+		checkHTTPProbe(t, "readiness", c.ReadinessProbe, "/readyz")
+		if c.StartupProbe != nil {
+			checkHTTPProbe(t, "startup", c.StartupProbe, "/healthz")
+		}
+	} else {
+		checkGRPCProbe(t, "liveness", c.LivenessProbe, "liveness")
+		checkGRPCProbe(t, "readiness", c.ReadinessProbe, "readiness")
+		if c.StartupProbe != nil {
+			checkGRPCProbe(t, "startup", c.StartupProbe, "liveness")
+		}
 	}
 
 	// Arguments.
@@ -591,7 +599,7 @@ func checkPodSecurity(t *testing.T, what string, pod *corev1.PodSpec) {
 	}
 }
 
-func checkGRPCProbe(t *testing.T, what string, p *corev1.Probe, service, mode string) {
+func checkGRPCProbe(t *testing.T, what string, p *corev1.Probe, service string) {
 	if p == nil {
 		t.Errorf("no %s probe", what)
 		return
@@ -612,12 +620,28 @@ func checkGRPCProbe(t *testing.T, what string, p *corev1.Probe, service, mode st
 	} else if *g.Service != service {
 		t.Errorf("%s probe health service %q, want %q", what, *g.Service, service)
 	}
-	gotMode := ""
 	if g.Mode != nil {
-		gotMode = string(*g.Mode)
+		t.Errorf("%s probe mode %q: the chart never relies on the kubelet's TLS gRPC probe", what, *g.Mode)
 	}
-	if gotMode != mode {
-		t.Errorf("%s probe mode %q, want %q", what, gotMode, mode)
+}
+
+// checkHTTPProbe checks a probe of path on the plaintext HTTP port (by its
+// name, so it follows service.httpPort).
+func checkHTTPProbe(t *testing.T, what string, p *corev1.Probe, path string) {
+	if p == nil {
+		t.Errorf("no %s probe", what)
+		return
+	}
+	if p.Exec != nil || p.GRPC != nil || p.TCPSocket != nil {
+		t.Errorf("%s probe is not (only) httpGet: %+v", what, p.ProbeHandler)
+	}
+	h := p.HTTPGet
+	if h == nil {
+		t.Errorf("%s probe is not an httpGet probe", what)
+		return
+	}
+	if h.Path != path || h.Port.String() != "http" || (h.Scheme != "" && h.Scheme != corev1.URISchemeHTTP) {
+		t.Errorf("%s probe GET %s on port %s (%s), want %s on the http port in plaintext", what, h.Path, h.Port.String(), h.Scheme, path)
 	}
 }
 

@@ -141,6 +141,10 @@ type Store interface {
 	ListQueues(ctx context.Context, tenant string) ([]QueueSummary, error)
 	// QueueStats counts one queue's jobs by state.
 	QueueStats(ctx context.Context, p QueueStatsParams) (*QueueStats, error)
+	// QueueMetrics reads the live gauges (queued, available, lag, leased,
+	// expired, dead) of every queue of every tenant in one statement, for
+	// metrics; queues with none of those jobs are left out.
+	QueueMetrics(ctx context.Context, p QueueMetricsParams) (*QueueMetricsSnapshot, error)
 
 	// Prune deletes, across all tenants, terminal jobs finished before
 	// FinishedBefore (with their events, attempts, checkpoints, effects and

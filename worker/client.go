@@ -27,7 +27,9 @@ type Client struct {
 }
 
 // NewClient returns a Client over conn (typically a *grpc.ClientConn,
-// which the Client never closes).
+// which the Client never closes). Dial it with DialOptions so that each
+// call is a client span and the coordinator's CreateJob span joins the
+// caller's trace.
 func NewClient(conn grpc.ClientConnInterface) *Client {
 	return &Client{
 		jobs:  leaseholdv1.NewJobServiceClient(conn),

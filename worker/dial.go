@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -125,8 +126,14 @@ func TLSConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 	return cfg, nil
 }
 
-// DialOptions returns the transport and per-call credentials of cfg, to
-// pass to grpc.NewClient.
+// DialOptions returns the options the SDK recommends for grpc.NewClient on
+// a connection to a coordinator: cfg's transport and per-call credentials,
+// and OpenTelemetry's gRPC client stats handler, so that every call is a
+// client span carrying the caller's trace context to the coordinator (a
+// producer's CreateJob joins the producer's trace, a worker's calls made
+// inside a handler join the handler's). The handler uses otel's global
+// TracerProvider, MeterProvider and propagator and records nothing until
+// an application installs them.
 func DialOptions(cfg DialConfig) ([]grpc.DialOption, error) {
 	tlsCfg, err := cfg.TLSConfig()
 	if err != nil {
@@ -136,7 +143,7 @@ func DialOptions(cfg DialConfig) ([]grpc.DialOption, error) {
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
 	if cfg.APIKey != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(APIKey(cfg.APIKey)))
 	}

@@ -3,7 +3,7 @@
 //
 // A worker in ten lines:
 //
-//	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+//	conn, err := worker.Dial("127.0.0.1:7400", worker.DialConfig{})
 //	if err != nil { ... }
 //	w, err := worker.New(conn, worker.Config{Queues: []string{"emails"}})
 //	if err != nil { ... }
@@ -114,4 +114,10 @@
 // in a new trace, linked to the producer's span: the job runs later,
 // possibly several times, so it is not a child of the request that
 // created it. Spans come from Config.TracerProvider or the global one.
+//
+// Dial with DialOptions so that calls are traced too: each becomes a gRPC
+// client span that carries the caller's trace context to the coordinator,
+// whose server span continues it (CreateJob in the producer's trace). The
+// coordinator records each lease it hands out as a span linked to the
+// producer's span, like the handler span is.
 package worker

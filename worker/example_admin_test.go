@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -16,7 +13,7 @@ import (
 // page. Replays are idempotent, so running this twice creates nothing new.
 func ExampleClient_ReplayDeadJob() {
 	ctx := context.Background()
-	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := worker.Dial("127.0.0.1:7400", worker.DialConfigFromEnv(nil))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -15,7 +12,7 @@ import (
 // Create a job idempotently, then watch its events until it finishes.
 func ExampleClient_Create() {
 	ctx := context.Background()
-	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := worker.Dial("127.0.0.1:7400", worker.DialConfigFromEnv(nil))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,9 +8,6 @@ import (
 	"os/signal"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -19,7 +16,7 @@ import (
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	conn, err := grpc.NewClient("127.0.0.1:7400", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := worker.Dial("127.0.0.1:7400", worker.DialConfigFromEnv(nil))
 	if err != nil {
 		log.Fatal(err)
 	}

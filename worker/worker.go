@@ -92,7 +92,8 @@ type Worker struct {
 
 // New returns a Worker that talks to the coordinator through conn. The
 // configuration is copied with defaults applied; an invalid one is an
-// error. conn is typically a *grpc.ClientConn; the Worker never closes it.
+// error. conn is typically a *grpc.ClientConn, dialled with DialOptions so
+// its calls are traced; the Worker never closes it.
 func New(conn grpc.ClientConnInterface, cfg Config) (*Worker, error) {
 	if conn == nil {
 		return nil, errors.New("worker: New needs a connection (grpc.NewClient)")

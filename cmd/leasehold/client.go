@@ -140,7 +140,8 @@ func withoutGlobalFlags(cmd *cobra.Command) *cobra.Command {
 const annotationGlobalFlags = "leasehold/global-flags"
 
 // dial opens a connection to --addr, with TLS and the API key as
-// configured. grpc.NewClient does not connect until the first call, so an
+// configured, through the SDK's dial options (its calls are traced when
+// telemetry is on). grpc.NewClient does not connect until the first call, so an
 // unreachable coordinator surfaces as UNAVAILABLE from that call and is
 // described by describeError.
 func (c *cli) dial() (*grpc.ClientConn, error) {
@@ -174,12 +175,17 @@ func (c *cli) follow(cmd *cobra.Command, fn func(ctx context.Context, client *wo
 }
 
 func (c *cli) callWithin(cmd *cobra.Command, timeout time.Duration, fn func(context.Context, *worker.Client, *printer) error) error {
+	ctx, endTrace, err := c.traceCommand(cmd, serviceNameCLI)
+	if err != nil {
+		return err
+	}
+	defer endTrace()
 	conn, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+	cancel := context.CancelFunc(func() {})
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}

@@ -8,9 +8,12 @@ package main
 // is for people: aligned columns, times in UTC, long values shortened.
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -420,17 +423,39 @@ func breakerRow(b *leaseholdv1.Breaker) []string {
 	}
 }
 
-// workerHeader and workerRow are the columns of the worker listing.
-var workerHeader = []string{"WORKER", "QUEUES", "CAPACITY", "ACTIVE", "SDK", "CONNECTED", "COORDINATOR"}
+// workerHeader and workerRow are the columns of the worker listing. A
+// worker seen through unary calls only has no capacity, active leases,
+// labels or SDK to show ("-").
+var workerHeader = []string{"WORKER", "VIA", "QUEUES", "CAPACITY", "ACTIVE", "LABELS", "SDK", "CONNECTED", "LAST SEEN", "COORDINATOR"}
 
 func workerRow(w *leaseholdv1.WorkerInfo) []string {
+	via, capacity, active := "stream", strconv.Itoa(int(w.GetCapacity())), strconv.Itoa(int(w.GetActiveLeases()))
+	if w.GetTransport() == leaseholdv1.WorkerTransport_WORKER_TRANSPORT_UNARY {
+		via, capacity, active = "unary", "-", "-"
+	}
 	return []string{
 		w.GetWorkerId(),
+		via,
 		strings.Join(w.GetQueues(), ","),
-		strconv.Itoa(int(w.GetCapacity())),
-		strconv.Itoa(int(w.GetActiveLeases())),
-		w.GetSdk(),
+		capacity,
+		active,
+		formatLabels(w.GetLabels()),
+		cmp.Or(w.GetSdk(), "-"),
 		formatTime(w.GetConnectedAt()),
+		formatTime(w.GetLastSeenAt()),
 		w.GetCoordinatorId(),
 	}
+}
+
+// formatLabels renders labels as k=v pairs sorted by key; none is "-".
+func formatLabels(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(labels))
+	pairs := make([]string, len(keys))
+	for i, k := range keys {
+		pairs[i] = k + "=" + labels[k]
+	}
+	return strings.Join(pairs, ",")
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/otel"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -26,7 +25,7 @@ const (
 	sqlitePathDefault = "./leasehold.db"
 )
 
-// telemetryShutdownTimeout bounds the final trace flush. It comes after the
+// telemetryShutdownTimeout bounds the final telemetry flush. It comes after the
 // coordinator's own shutdown (at most two grace periods, 20s by default),
 // so the whole stays inside Kubernetes' default 30s termination grace even
 // when the collector is unreachable.
@@ -62,6 +61,7 @@ type serveFlags struct {
 	logLevel  string
 	grace     time.Duration
 	security  securityFlags
+	observe   observeFlags
 }
 
 func (c *cli) serveCommand() *cobra.Command {
@@ -85,13 +85,14 @@ func (c *cli) serveCommand() *cobra.Command {
 	c.addStoreFlags(fs, &f.store)
 	c.addSecurityFlags(fs, &f.security)
 	_ = cmd.RegisterFlagCompletionFunc("auth", cobra.FixedCompletions([]string{"none", "api-key", "mtls"}, cobra.ShellCompDirectiveNoFileComp))
+	c.addObserveFlags(cmd, fs, &f.observe)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	return withoutGlobalFlags(cmd)
 }
 
 // runServe runs the coordinator until ctx ends (SIGINT/SIGTERM), then shuts
-// it down in the steps documented on coordinator.Coordinator.Shutdown and
-// flushes buffered trace spans as the last step. Once the logger exists,
+// it down in the steps documented on coordinator.Coordinator.Shutdown, stops
+// the HTTP port and flushes buffered telemetry as the last step. Once the logger exists,
 // failures are logged rather than printed, so that serve's stderr stays one
 // log stream, and returned as a bare exit status.
 func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
@@ -99,14 +100,14 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	flushTraces, err := c.startTracing(ctx, log)
+	tel, flushTelemetry, err := c.startTelemetry(ctx, log, telemetry.ServiceNameDefault, f.observe.httpListen != "")
 	if err != nil {
 		return err
 	}
 	// Deferred first, so it runs last: after the store has closed, and on
 	// every early return.
-	defer flushTraces()
-	coord, err := openCoordinator(ctx, log, f)
+	defer flushTelemetry()
+	coord, err := openCoordinator(ctx, log, f, tel)
 	if err != nil {
 		return err
 	}
@@ -122,6 +123,15 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 		_ = coord.Shutdown(context.Background())
 		return exitStatus(exitUsage)
 	}
+	// Stopped after the coordinator, so /readyz answers 503 while it
+	// drains.
+	stopHTTP, err := startHTTP(log, f.observe.httpListen, coord, tel.MetricsHandler)
+	if err != nil {
+		lis.Close()
+		_ = coord.Shutdown(context.Background())
+		return err
+	}
+	defer stopHTTP()
 	return serveUntilDone(ctx, log, coord, lis, f.grace)
 }
 
@@ -137,44 +147,20 @@ func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
 	if err := f.security.check(); err != nil {
 		return nil, err
 	}
-	return slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level})), nil
-}
-
-// startTracing sets up trace export from the OTEL_* environment and
-// returns the function that flushes it.
-func (c *cli) startTracing(ctx context.Context, log *slog.Logger) (flush func(), err error) {
-	endpoint := telemetry.TracesEndpoint(c.getenv)
-	if endpoint != "" {
-		// Export failures (e.g. the collector is down) reach otel's global
-		// error handler; send them to our log rather than the standard
-		// logger's unstructured stderr lines.
-		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-			log.Warn("opentelemetry", slog.String("error", err.Error()))
-		}))
-	}
-	shutdown, err := telemetry.Setup(ctx, c.getenv, Version)
+	h, err := logHandler(f.observe.logFormat, c.stderr, level)
 	if err != nil {
-		log.Error("cannot set up tracing", slog.String("error", err.Error()))
-		return nil, exitStatus(exitUsage)
+		return nil, err
 	}
-	if endpoint != "" {
-		log.Info("exporting traces over OTLP/gRPC", slog.String("endpoint", endpoint))
-	}
-	// The flush runs after ctx is cancelled, so it detaches from it, and is
-	// bounded so an unreachable collector cannot hold the process. A lost
-	// flush loses traces, not work: it is logged but does not change the
-	// exit code.
-	return func() {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryShutdownTimeout)
-		defer cancel()
-		if err := shutdown(fctx); err != nil {
-			log.Warn("flushing traces", slog.Duration("timeout", telemetryShutdownTimeout), slog.String("error", err.Error()))
-		}
-	}, nil
+	return slog.New(h), nil
 }
 
 // openCoordinator opens the store and builds the coordinator over it.
-func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags) (*coordinator.Coordinator, error) {
+func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *telemetry.Telemetry) (*coordinator.Coordinator, error) {
+	cfg, err := coordinatorTelemetry(tel)
+	if err != nil {
+		log.Error("cannot set up metrics", slog.String("error", err.Error()))
+		return nil, exitStatus(exitFail)
+	}
 	st, err := openStore(ctx, log, f.store, !f.noMigrate)
 	if err != nil {
 		log.Error("cannot open the store", slog.String("error", err.Error()))
@@ -186,10 +172,9 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags) (*coo
 		log.Error("cannot load the TLS certificate", slog.String("error", err.Error()))
 		return nil, exitStatus(exitUsage)
 	}
-	coord, err := coordinator.New(coordinator.Config{
-		Store: st, Logger: log, Tenant: f.tenant, Version: Version, ShutdownGrace: f.grace,
-		Auth: coordinator.AuthMode(f.security.auth), TLS: tlsCfg,
-	})
+	cfg.Store, cfg.Logger, cfg.Tenant, cfg.Version, cfg.ShutdownGrace = st, log, f.tenant, Version, f.grace
+	cfg.Auth, cfg.TLS = coordinator.AuthMode(f.security.auth), tlsCfg
+	coord, err := coordinator.New(cfg)
 	if err != nil {
 		st.Close()
 		log.Error("invalid configuration", slog.String("error", err.Error()))

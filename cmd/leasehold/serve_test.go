@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,11 @@ import (
 
 // serveRun is `leasehold serve` running in-process until cancel.
 type serveRun struct {
-	addr   string
-	stderr *testlog.Buffer
-	cancel context.CancelFunc
-	code   chan int
+	addr     string
+	httpAddr string // "" when the HTTP port is disabled
+	stderr   *testlog.Buffer
+	cancel   context.CancelFunc
+	code     chan int
 }
 
 func freeListenAddr(t *testing.T) string {
@@ -38,9 +40,14 @@ func freeListenAddr(t *testing.T) string {
 }
 
 // startServe runs `serve args...` with env as the whole environment and
-// waits for its "serving" log line.
+// waits for its "serving" log line. Unless env or args choose one, the
+// HTTP port is a free one (never the default 7401, which parallel tests
+// would fight over).
 func startServe(t *testing.T, env map[string]string, args ...string) *serveRun {
 	t.Helper()
+	if _, set := env["LEASEHOLD_HTTP_LISTEN"]; !set && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--http-listen") }) {
+		args = append([]string{"--http-listen", "127.0.0.1:0"}, args...)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &serveRun{stderr: &testlog.Buffer{}, cancel: cancel, code: make(chan int, 1)}
 	c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: r.stderr, getenv: func(k string) string { return env[k] }}
@@ -56,10 +63,25 @@ func startServe(t *testing.T, env map[string]string, args ...string) *serveRun {
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
 	waitFor(t, wctx, r.stderr, "leasehold coordinator serving")
-	line := r.stderr.String()
-	i := strings.Index(line, "listen=")
-	r.addr = strings.Fields(line[i+len("listen="):])[0]
+	r.addr = logValue(r.stderr.String(), "leasehold coordinator serving", "listen")
+	r.httpAddr = logValue(r.stderr.String(), "leasehold http serving", "http_listen")
 	return r
+}
+
+// logValue is the value of key= on the first text log line containing msg,
+// or "".
+func logValue(log, msg, key string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, key+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 func (r *serveRun) stop(t *testing.T) int {

@@ -157,6 +157,14 @@ func (c *cli) runWorkerExec(ctx context.Context, f *execFlags, argv []string) er
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	// Telemetry before the worker: New takes the global TracerProvider
+	// that Setup installs when the environment asks for export.
+	tel, flushTelemetry, err := c.startTelemetry(ctx, logger, serviceNameWorker, false)
+	if err != nil {
+		return err
+	}
+	defer flushTelemetry()
+	cfg.TracerProvider = tel.TracerProvider
 	conn, err := c.dial()
 	if err != nil {
 		return err

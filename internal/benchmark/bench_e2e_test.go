@@ -106,9 +106,12 @@ func TestBenchDrainPostgres(t *testing.T) {
 	if schema == nil {
 		t.Fatalf("the output does not name the run's schema:\n%s", out)
 	}
+	// A fresh deadline: the run itself can take longer than ctx's 10s on
+	// a loaded machine.
+	qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer qcancel()
 	var exists bool
-	// Not ctx: it bounded the connect, and the run may have outlasted it.
-	if err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema[1]).Scan(&exists); err != nil {
+	if err := conn.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema[1]).Scan(&exists); err != nil {
 		t.Fatal(err)
 	}
 	if exists {

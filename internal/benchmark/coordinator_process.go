@@ -49,7 +49,10 @@ func startCoordinator(bin, dir string, args ...string) (*coordinatorProcess, err
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
-	args = append([]string{"serve", "--listen", addr, "--shutdown-grace", coordinatorGrace.String()}, args...)
+	// The HTTP port (metrics, probes) gets a free port too, so that
+	// benchmarks never collide with each other or a running coordinator.
+	args = append([]string{"serve", "--listen", addr, "--http-listen", "127.0.0.1:0",
+		"--shutdown-grace", coordinatorGrace.String()}, args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = childEnv()

@@ -90,6 +90,9 @@ func moduleRoot() string {
 type Process struct {
 	// Addr is the address it listens on.
 	Addr string
+	// HTTPAddr is the address of its HTTP port (/metrics, /healthz,
+	// /readyz), read from its log; empty when args disabled the port.
+	HTTPAddr string
 	// Cmd is the running command.
 	Cmd *exec.Cmd
 
@@ -101,10 +104,12 @@ type Process struct {
 }
 
 // StartProcess runs `leasehold serve --listen 127.0.0.1:<free port>
-// args...` in a temporary working directory (so the default ./leasehold.db
-// lands there), waits until its health reports SERVING, and stops it with
-// SIGTERM when the test ends (SIGKILL if it does not exit in time). A
-// --listen in args wins over the free port. LEASEHOLD_* and OTEL_*
+// --http-listen 127.0.0.1:0 args...` in a temporary working directory (so
+// the default ./leasehold.db lands there), waits until its health reports
+// SERVING, and stops it with SIGTERM when the test ends (SIGKILL if it does
+// not exit in time). A --listen or --http-listen in args wins; the HTTP
+// port is never the default 7401, so processes started in parallel do not
+// collide. LEASEHOLD_* and OTEL_*
 // variables of the test's environment are not passed on: args decide, and
 // a developer's tracing setup neither receives test spans nor breaks tests.
 func StartProcess(t testing.TB, args ...string) *Process {
@@ -133,6 +138,9 @@ func StartProcessDial(t testing.TB, dialOpts []grpc.DialOption, env []string, ar
 			t.Fatalf("testserver: free port: %v", err)
 		}
 		args = append([]string{"--listen", addr}, args...)
+	}
+	if _, ok := flagArg(args, "http-listen"); !ok {
+		args = append([]string{"--http-listen", "127.0.0.1:0"}, args...)
 	}
 	p := &Process{Addr: addr, stderr: &testlog.Buffer{}, dialOpts: dialOpts, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
@@ -174,18 +182,42 @@ func StartProcessDial(t testing.TB, dialOpts []grpc.DialOption, env []string, ar
 		}
 	})
 	p.waitServing(t)
+	p.HTTPAddr = httpAddrIn(p.Output())
 	return p
 }
 
 func listenArg(args []string) string {
+	v, _ := flagArg(args, "listen")
+	return v
+}
+
+// flagArg finds --name (or -name) in args, as "--name v" or "--name=v".
+func flagArg(args []string, name string) (string, bool) {
 	for i, a := range args {
 		switch {
-		case (a == "--listen" || a == "-listen") && i+1 < len(args):
-			return args[i+1]
-		case strings.HasPrefix(a, "--listen="):
-			return strings.TrimPrefix(a, "--listen=")
-		case strings.HasPrefix(a, "-listen="):
-			return strings.TrimPrefix(a, "-listen=")
+		case (a == "--"+name || a == "-"+name) && i+1 < len(args):
+			return args[i+1], true
+		case strings.HasPrefix(a, "--"+name+"="):
+			return strings.TrimPrefix(a, "--"+name+"="), true
+		case strings.HasPrefix(a, "-"+name+"="):
+			return strings.TrimPrefix(a, "-"+name+"="), true
+		}
+	}
+	return "", false
+}
+
+// httpAddrIn reads the HTTP port's bound address from serve's log line
+// "leasehold http serving ... http_listen=ADDR" (text or JSON format).
+func httpAddrIn(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "leasehold http serving") {
+			continue
+		}
+		for _, key := range []string{"http_listen=", `"http_listen":"`} {
+			if i := strings.Index(line, key); i >= 0 {
+				rest := line[i+len(key):]
+				return strings.TrimRight(strings.Fields(rest)[0], `"},`)
+			}
 		}
 	}
 	return ""

@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 		batchTests(),
 		dispatchTests(),
 		identityTests(),
+		metricsTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -385,6 +385,62 @@ func (BreakerState) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
+// WorkerTransport is how a worker talks to a coordinator.
+type WorkerTransport int32
+
+const (
+	// Not reported (an older coordinator).
+	WorkerTransport_WORKER_TRANSPORT_UNSPECIFIED WorkerTransport = 0
+	// A Connect stream: leases are pushed, heartbeats and reports share it.
+	WorkerTransport_WORKER_TRANSPORT_STREAM WorkerTransport = 1
+	// Only the unary calls (Claim, Renew, Complete, ...), e.g. a grpcurl
+	// script or a worker in a language without a stream client. It is listed
+	// while it called within the last two minutes; connected_at is its first
+	// call then, and capacity, labels and sdk are unknown.
+	WorkerTransport_WORKER_TRANSPORT_UNARY WorkerTransport = 2
+)
+
+// Enum value maps for WorkerTransport.
+var (
+	WorkerTransport_name = map[int32]string{
+		0: "WORKER_TRANSPORT_UNSPECIFIED",
+		1: "WORKER_TRANSPORT_STREAM",
+		2: "WORKER_TRANSPORT_UNARY",
+	}
+	WorkerTransport_value = map[string]int32{
+		"WORKER_TRANSPORT_UNSPECIFIED": 0,
+		"WORKER_TRANSPORT_STREAM":      1,
+		"WORKER_TRANSPORT_UNARY":       2,
+	}
+)
+
+func (x WorkerTransport) Enum() *WorkerTransport {
+	p := new(WorkerTransport)
+	*p = x
+	return p
+}
+
+func (x WorkerTransport) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerTransport) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+}
+
+func (WorkerTransport) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[5]
+}
+
+func (x WorkerTransport) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerTransport.Descriptor instead.
+func (WorkerTransport) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
 // LeaseToken identifies one lease generation of one job: the fencing token.
 //
 // Every lease-bound call carries it. The coordinator accepts a report only
@@ -1678,7 +1734,8 @@ func (x *Breaker) GetNextProbeAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// WorkerInfo describes a worker connected through WorkerService.Connect.
+// WorkerInfo describes a worker: one connected through WorkerService.Connect,
+// or one seen recently through the unary calls only.
 type WorkerInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The worker's identity (Hello.worker_id).
@@ -1695,8 +1752,14 @@ type WorkerInfo struct {
 	Sdk string `protobuf:"bytes,6,opt,name=sdk,proto3" json:"sdk,omitempty"`
 	// When the stream was opened.
 	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
-	// The coordinator instance the stream is attached to.
+	// The coordinator instance the stream is attached to (or, for a unary
+	// worker, the one that saw it).
 	CoordinatorId string `protobuf:"bytes,8,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
+	// How the worker talks to the coordinator.
+	Transport WorkerTransport `protobuf:"varint,9,opt,name=transport,proto3,enum=leasehold.v1.WorkerTransport" json:"transport,omitempty"`
+	// When the coordinator last heard from the worker: now for an open
+	// stream, the last unary call otherwise.
+	LastSeenAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1785,6 +1848,20 @@ func (x *WorkerInfo) GetCoordinatorId() string {
 		return x.CoordinatorId
 	}
 	return ""
+}
+
+func (x *WorkerInfo) GetTransport() WorkerTransport {
+	if x != nil {
+		return x.Transport
+	}
+	return WorkerTransport_WORKER_TRANSPORT_UNSPECIFIED
+}
+
+func (x *WorkerInfo) GetLastSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeenAt
+	}
+	return nil
 }
 
 var File_leasehold_v1_types_proto protoreflect.FileDescriptor
@@ -1920,7 +1997,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.leasehold.v1.BreakerStateR\x05state\x12!\n" +
 	"\ffailure_rate\x18\x03 \x01(\x01R\vfailureRate\x127\n" +
 	"\topened_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x12>\n" +
-	"\rnext_probe_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\"\xf3\x02\n" +
+	"\rnext_probe_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\"\xee\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -1930,7 +2007,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\v2$.leasehold.v1.WorkerInfo.LabelsEntryR\x06labels\x12\x10\n" +
 	"\x03sdk\x18\x06 \x01(\tR\x03sdk\x12=\n" +
 	"\fconnected_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12%\n" +
-	"\x0ecoordinator_id\x18\b \x01(\tR\rcoordinatorId\x1a9\n" +
+	"\x0ecoordinator_id\x18\b \x01(\tR\rcoordinatorId\x12;\n" +
+	"\ttransport\x18\t \x01(\x0e2\x1d.leasehold.v1.WorkerTransportR\ttransport\x12<\n" +
+	"\flast_seen_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastSeenAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xad\x01\n" +
@@ -1976,7 +2057,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
 	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
-	"\x17BREAKER_STATE_HALF_OPEN\x10\x03B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x03*l\n" +
+	"\x0fWorkerTransport\x12 \n" +
+	"\x1cWORKER_TRANSPORT_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17WORKER_TRANSPORT_STREAM\x10\x01\x12\x1a\n" +
+	"\x16WORKER_TRANSPORT_UNARY\x10\x02B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_types_proto_rawDescOnce sync.Once
@@ -1990,7 +2075,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
@@ -1998,63 +2083,66 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(EffectStatus)(0),             // 2: leasehold.v1.EffectStatus
 	(AttemptOutcome)(0),           // 3: leasehold.v1.AttemptOutcome
 	(BreakerState)(0),             // 4: leasehold.v1.BreakerState
-	(*LeaseToken)(nil),            // 5: leasehold.v1.LeaseToken
-	(*LeaseInfo)(nil),             // 6: leasehold.v1.LeaseInfo
-	(*JobError)(nil),              // 7: leasehold.v1.JobError
-	(*Job)(nil),                   // 8: leasehold.v1.Job
-	(*Event)(nil),                 // 9: leasehold.v1.Event
-	(*Checkpoint)(nil),            // 10: leasehold.v1.Checkpoint
-	(*Effect)(nil),                // 11: leasehold.v1.Effect
-	(*Attempt)(nil),               // 12: leasehold.v1.Attempt
-	(*DeadJob)(nil),               // 13: leasehold.v1.DeadJob
-	(*RetryPolicy)(nil),           // 14: leasehold.v1.RetryPolicy
-	(*QueuePolicy)(nil),           // 15: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),            // 16: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 17: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),            // 18: leasehold.v1.WorkerInfo
-	nil,                           // 19: leasehold.v1.Job.MetadataEntry
-	nil,                           // 20: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(WorkerTransport)(0),          // 5: leasehold.v1.WorkerTransport
+	(*LeaseToken)(nil),            // 6: leasehold.v1.LeaseToken
+	(*LeaseInfo)(nil),             // 7: leasehold.v1.LeaseInfo
+	(*JobError)(nil),              // 8: leasehold.v1.JobError
+	(*Job)(nil),                   // 9: leasehold.v1.Job
+	(*Event)(nil),                 // 10: leasehold.v1.Event
+	(*Checkpoint)(nil),            // 11: leasehold.v1.Checkpoint
+	(*Effect)(nil),                // 12: leasehold.v1.Effect
+	(*Attempt)(nil),               // 13: leasehold.v1.Attempt
+	(*DeadJob)(nil),               // 14: leasehold.v1.DeadJob
+	(*RetryPolicy)(nil),           // 15: leasehold.v1.RetryPolicy
+	(*QueuePolicy)(nil),           // 16: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),            // 17: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 18: leasehold.v1.Breaker
+	(*WorkerInfo)(nil),            // 19: leasehold.v1.WorkerInfo
+	nil,                           // 20: leasehold.v1.Job.MetadataEntry
+	nil,                           // 21: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	21, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	22, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
 	0,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	6,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	21, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	21, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	21, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	7,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
-	10, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	21, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	7,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
+	22, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	22, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	22, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
+	11, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
+	22, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
 	1,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	21, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	21, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	22, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	22, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	21, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	21, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	21, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	21, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	22, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	22, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	22, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	22, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	3,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
-	7,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
-	8,  // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
-	12, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	22, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	22, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	22, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
-	14, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	22, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	8,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
+	9,  // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
+	13, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
+	23, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	23, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	23, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	15, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
+	23, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
 	4,  // 27: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	21, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	21, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	20, // 30: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	21, // 31: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	22, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	22, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	21, // 30: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	22, // 31: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	5,  // 32: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	22, // 33: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -2068,7 +2156,7 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -90,10 +90,34 @@ app.kubernetes.io/component: coordinator
 {{- end }}
 
 {{/* Connection mode of the gRPC probes: empty for plaintext. */}}
-{{- define "leasehold.probeMode" -}}
-{{- if .Values.probes.mode }}
-{{- .Values.probes.mode }}
-{{- else if .Values.tls.enabled }}TLS
+{{/*
+How the kubelet probes the coordinator: "grpc" (native gRPC probes on the
+gRPC port, health service names liveness/readiness) or "http" (httpGet
+/healthz and /readyz on the plaintext HTTP port). Auto: http when TLS is on,
+since the kubelet's gRPC probe cannot do TLS or present a client
+certificate; grpc otherwise.
+*/}}
+{{- define "leasehold.probeType" -}}
+{{- if .Values.probes.type }}
+{{- .Values.probes.type }}
+{{- else if .Values.tls.enabled }}http
+{{- else }}grpc
+{{- end }}
+{{- end }}
+
+{{/* One probe's handler: (list $ "liveness"|"readiness"). */}}
+{{- define "leasehold.probeHandler" -}}
+{{- $ := index . 0 }}
+{{- $which := index . 1 }}
+{{- if eq (include "leasehold.probeType" $) "http" }}
+httpGet:
+  path: {{ ternary "/healthz" "/readyz" (eq $which "liveness") }}
+  port: http
+  scheme: HTTP
+{{- else }}
+grpc:
+  port: {{ $.Values.service.grpcPort }}
+  service: {{ $which }}
 {{- end }}
 {{- end }}
 
@@ -101,6 +125,9 @@ app.kubernetes.io/component: coordinator
 {{- define "leasehold.validate" -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
 {{- fail "tls.secretName is required when tls.enabled is true" }}
+{{- end }}
+{{- if and .Values.tls.enabled (eq (toString .Values.probes.type) "grpc") }}
+{{- fail "probes.type grpc cannot probe a TLS port (the kubelet's gRPC probe speaks plaintext); leave probes.type empty or set http" }}
 {{- end }}
 {{- if and .Values.tls.clientCA.enabled (not .Values.tls.enabled) }}
 {{- fail "tls.clientCA.enabled (mTLS) needs tls.enabled" }}

@@ -1,0 +1,78 @@
+package coordinator
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// tracerName is the instrumentation scope of the coordinator's own spans
+// (the per-call server spans are otelgrpc's).
+const tracerName = "github.com/leasehold/leasehold/coordinator"
+
+// Span names of a granted lease. A pushed lease starts a trace of its own:
+// the stream it goes out on lives for hours, and parenting every push to
+// it would make one endless trace. A claimed lease is a child of the Claim
+// call that asked for it. Both link to the producer's span, carried in the
+// job's metadata (worker.Client.Create puts it there), like the handler
+// span the worker starts: producer → CreateJob, then (link) lease, then
+// (link) handler → its reports.
+const (
+	spanLeasePush  = "leasehold.lease.push"
+	spanLeaseClaim = "leasehold.lease.claim"
+)
+
+// leasePushed records a lease pushed to worker on its Connect stream: the
+// claims counter and a span in a new trace, linked to the producer's span.
+// Call it once per job the dispatcher delivered to a stream (session.deliver),
+// after the lease was queued for sending.
+func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
+	c.metrics.leaseGranted(context.Background(), tenant, j.Job.Queue)
+	_, span := c.tracer.Start(context.Background(), spanLeasePush, leaseSpanOptions(j, trace.WithNewRoot())...)
+	span.End()
+}
+
+// leasesClaimed records leases handed out by a unary Claim: the claims
+// counter and one span per lease, children of the call's span (in ctx) and
+// linked to each producer's span.
+func (c *Coordinator) leasesClaimed(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
+	for _, j := range jobs {
+		c.metrics.leaseGranted(ctx, tenant, j.Job.Queue)
+		_, span := c.tracer.Start(ctx, spanLeaseClaim, leaseSpanOptions(j)...)
+		span.End()
+	}
+}
+
+// leaseSpanOptions describes a lease (no payload, no metadata values) and
+// links to the producer's span when the job carries one.
+func leaseSpanOptions(j store.ClaimedJob, extra ...trace.SpanStartOption) []trace.SpanStartOption {
+	opts := append([]trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("leasehold.job.id", j.Job.ID),
+			attribute.String("leasehold.job.queue", j.Job.Queue),
+			attribute.String("leasehold.job.kind", j.Job.Kind),
+			attribute.Int("leasehold.job.attempt", int(j.Job.Attempts)),
+			attribute.Int64("leasehold.lease.generation", j.Token.Generation),
+			attribute.String("leasehold.worker.id", j.Token.WorkerID),
+		),
+	}, extra...)
+	if producer := producerSpan(j.Job.Metadata); producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	return opts
+}
+
+// producerSpan is the span context a producer put into a job's metadata in
+// W3C trace-context form, or an invalid one.
+func producerSpan(md map[string]string) trace.SpanContext {
+	if len(md) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(
+		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(md)))
+}

@@ -1,0 +1,55 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// qQueueMetrics reads every queue's live gauges in one statement: one
+// branch per state, each answered by that state's partial index (the claim
+// index for queued jobs, the lease-expiry index for leased ones, the
+// dead-letter index for dead ones), so its cost follows the live jobs, not
+// the finished ones retention has yet to prune. Each row is (tenant,
+// queue, state, count, second count, lag in microseconds): for queued
+// jobs the second count is the available ones and the lag the age of the
+// oldest available; for leased jobs the second count is the expired
+// leases. $1 is the optional now.
+const qQueueMetrics = `WITH clock AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
+SELECT tenant, queue, 'queued', count(*),
+       count(*) FILTER (WHERE available_at <= (SELECT now FROM clock)),
+       coalesce((extract(epoch FROM (SELECT now FROM clock)
+           - min(available_at) FILTER (WHERE available_at <= (SELECT now FROM clock))) * 1000000)::bigint, 0)
+FROM jobs WHERE state = 'queued' GROUP BY tenant, queue
+UNION ALL
+SELECT tenant, queue, 'leased', count(*),
+       count(*) FILTER (WHERE lease_expires_at <= (SELECT now FROM clock)), 0
+FROM jobs WHERE state = 'leased' GROUP BY tenant, queue
+UNION ALL
+SELECT tenant, queue, 'dead', count(*), 0, 0
+FROM jobs WHERE state = 'dead' AND NOT abandoned GROUP BY tenant, queue`
+
+// QueueMetrics implements store.Store.
+func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*store.QueueMetricsSnapshot, error) {
+	rows, err := s.pool.Query(ctx, qQueueMetrics, nowArg(p.Now))
+	if err != nil {
+		return nil, s.readError(ctx, "queue_metrics", err)
+	}
+	defer rows.Close()
+	var fold store.QueueMetricsFold
+	for rows.Next() {
+		var (
+			tenant, queue, state string
+			n, second, lagMicros int64
+		)
+		if err := rows.Scan(&tenant, &queue, &state, &n, &second, &lagMicros); err != nil {
+			return nil, s.readError(ctx, "queue_metrics", err)
+		}
+		fold.Add(tenant, queue, store.JobState(state), n, second, time.Duration(lagMicros)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readError(ctx, "queue_metrics", err)
+	}
+	return fold.Snapshot(), nil
+}

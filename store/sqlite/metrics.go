@@ -1,0 +1,53 @@
+package sqlite
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// qQueueMetrics reads every queue's live gauges in one statement, one
+// branch per state (the queue-state index answers each). Rows are
+// (tenant, queue, state, count, second count, lag in microseconds): for
+// queued jobs the second count is the available ones and the lag the age
+// of the oldest available; for leased jobs the second count is the expired
+// leases. ?1 is now in microseconds.
+const qQueueMetrics = `
+SELECT tenant, queue, 'queued', count(*), coalesce(sum(available_at <= ?1), 0),
+       coalesce(?1 - min(CASE WHEN available_at <= ?1 THEN available_at END), 0)
+FROM jobs WHERE state = 'queued' GROUP BY tenant, queue
+UNION ALL
+SELECT tenant, queue, 'leased', count(*), coalesce(sum(lease_expires_at <= ?1), 0), 0
+FROM jobs WHERE state = 'leased' GROUP BY tenant, queue
+UNION ALL
+SELECT tenant, queue, 'dead', count(*), 0, 0
+FROM jobs WHERE state = 'dead' AND abandoned = 0 GROUP BY tenant, queue`
+
+// QueueMetrics implements store.Store.
+func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*store.QueueMetricsSnapshot, error) {
+	now := s.clock(p.Now)
+	var fold store.QueueMetricsFold
+	err := s.read(ctx, "queue metrics", func(tx *preparedTx) error {
+		rows, err := tx.QueryContext(ctx, qQueueMetrics, micros(now))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				tenant, queue, state string
+				n, second, lagMicros int64
+			)
+			if err := rows.Scan(&tenant, &queue, &state, &n, &second, &lagMicros); err != nil {
+				return err
+			}
+			fold.Add(tenant, queue, store.JobState(state), n, second, time.Duration(lagMicros)*time.Microsecond)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fold.Snapshot(), nil
+}

@@ -1,0 +1,89 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// metricsTests cover QueueMetrics, the one statement behind the queue
+// gauges of /metrics.
+func metricsTests() group {
+	return group{name: "Metrics", cases: []testCase{
+		{"queue metrics count live jobs and the lag of every queue of every tenant in one call", testQueueMetrics},
+		{"queue metrics of an empty store are empty", testQueueMetricsEmpty},
+	}}
+}
+
+func testQueueMetrics(t *testing.T, h Harness) {
+	e := setup(t, h)
+	const q, q2, qDead, qDone = "m-main", "m-expiring", "m-dead", "m-done"
+	// The oldest job of q is claimed first and stays leased for an hour.
+	old := e.mustCreate(tenantA, spec(q), at(-time.Minute))
+	e.mustCreate(tenantA, spec(q), base)
+	e.mustCreate(tenantA, spec(q), base)
+	later := spec(q)
+	later.RunAt = at(time.Hour)
+	e.mustCreate(tenantA, later, base)
+	if c := e.claim(tenantA, workerA, q, 1, time.Hour, at(time.Second)); len(c) != 1 || c[0].Job.ID != old.ID {
+		t.Fatalf("claim of the oldest job: %+v", c)
+	}
+	// A lease of 10s that expires long before the reading.
+	short := e.mustCreate(tenantA, spec(q2), base)
+	if c := e.claim(tenantA, workerA, q2, 1, 10*time.Second, at(2*time.Second)); len(c) != 1 || c[0].Job.ID != short.ID {
+		t.Fatalf("claim of the short lease: %+v", c)
+	}
+	// Two dead jobs, one of them abandoned: the dead-letter queue holds one.
+	e.deadJob(tenantA, qDead, base)
+	gone := e.deadJob(tenantA, qDead, base)
+	if _, err := e.s.AbandonDeadJob(e.ctx, store.AbandonDeadJobParams{Tenant: tenantA, JobID: gone.ID, Reason: "test", Now: at(time.Minute)}); err != nil {
+		t.Fatalf("abandon: %v", err)
+	}
+	// A queue whose only job succeeded has no live gauge.
+	done := e.mustCreate(tenantA, spec(qDone), base)
+	e.complete(tenantA, e.mustClaim(tenantA, workerA, qDone, done.ID, at(time.Second)).Token, at(2*time.Second))
+	// Another tenant's queue of the same name is its own row.
+	e.mustCreate(tenantB, spec(q), at(30*time.Second))
+
+	snap, err := e.s.QueueMetrics(e.ctx, store.QueueMetricsParams{Now: at(10 * time.Minute)})
+	if err != nil {
+		t.Fatalf("queue metrics: %v", err)
+	}
+	want := []store.QueueMetrics{
+		{Tenant: tenantA, Queue: qDead, Dead: 1},
+		{Tenant: tenantA, Queue: q2, Leased: 1, LeasesExpired: 1},
+		{Tenant: tenantA, Queue: q, Queued: 3, Available: 2, OldestAvailableAge: 10 * time.Minute, Leased: 1},
+		{Tenant: tenantB, Queue: q, Queued: 1, Available: 1, OldestAvailableAge: 9*time.Minute + 30*time.Second},
+	}
+	if len(snap.Queues) != len(want) {
+		t.Fatalf("queue metrics returned %d queues, want %d:\n got %+v\nwant %+v", len(snap.Queues), len(want), snap.Queues, want)
+	}
+	for i := range want {
+		if snap.Queues[i] != want[i] {
+			t.Errorf("queue %d:\n got %+v\nwant %+v", i, snap.Queues[i], want[i])
+		}
+	}
+
+	// Before anything is due, nothing is available and there is no lag.
+	snap, err = e.s.QueueMetrics(e.ctx, store.QueueMetricsParams{Now: at(-2 * time.Minute)})
+	if err != nil {
+		t.Fatalf("queue metrics before the jobs are due: %v", err)
+	}
+	for _, m := range snap.Queues {
+		if m.Available != 0 || m.OldestAvailableAge != 0 {
+			t.Errorf("%s/%s before anything is due: available %d, lag %s; want 0, 0", m.Tenant, m.Queue, m.Available, m.OldestAvailableAge)
+		}
+	}
+}
+
+func testQueueMetricsEmpty(t *testing.T, h Harness) {
+	e := setup(t, h)
+	snap, err := e.s.QueueMetrics(e.ctx, store.QueueMetricsParams{})
+	if err != nil {
+		t.Fatalf("queue metrics of an empty store at the store's clock: %v", err)
+	}
+	if len(snap.Queues) != 0 {
+		t.Fatalf("queue metrics of an empty store: %+v", snap.Queues)
+	}
+}
