@@ -119,7 +119,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
-		CreditsMax: CreditsMax, Leased: c.leased,
+		CreditsMax: CreditsMax, Leased: c.leased, Round: c.metrics.DispatchRound,
 	})
 	c.pruner = retention.New(retention.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -89,8 +90,18 @@ func newObservedWith(t *testing.T, configure func(*Config)) *observed {
 		t.Fatal(err)
 	}
 	o.c = c
+	// Served, so that the dispatcher answers unary claims.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(lis) }()
 	t.Cleanup(func() {
 		if err := c.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
 			t.Error(err)
 		}
 	})

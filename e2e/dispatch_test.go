@@ -227,9 +227,18 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 		return n
 	}
 	// Let the first rounds pass (every new stream and every credit it
-	// granted wakes one; on a busy machine they trickle in).
-	time.Sleep(5 * time.Second)
+	// granted wakes one; on a busy machine they trickle in for a while):
+	// wait for a quiet 2s, at most 30s.
 	before := commits()
+	for settle := time.Now().Add(30 * time.Second); time.Now().Before(settle); {
+		time.Sleep(2 * time.Second)
+		now := commits()
+		quiet := now-before-2 < 2*5
+		before = now
+		if quiet {
+			break
+		}
+	}
 	const window = 10 * time.Second
 	time.Sleep(window)
 	after := commits()

@@ -14,19 +14,9 @@ import (
 // optional; the zero value reports nothing. coordinator.Metrics implements
 // CommitObserver.
 //
-// It is the engine-side half of the seam; the wiring is for the engines'
-// owner: EngineOptions gets a field `Commits CommitTelemetry`, and each
-// engine's groupcommit.Config gets
-//
-//	Observe: func(n int, d time.Duration, err error) { s.opts.Commits.Observe("reports", n, d, err) }
-//
-// while its Flush starts the span:
-//
-//	ctx, end := s.opts.Commits.StartSpan(ctx, "reports", len(items), callers)
-//	defer func() { end(err) }()
-//
-// with callers the span contexts of the calls in the batch (groupcommit
-// knows each call's context).
+// Each engine's group committers report through EngineOptions.CommitHooks:
+// the "reports" and "creates" flushes each get a metric and a span, linked
+// to the spans of the calls they served.
 type CommitTelemetry struct {
 	Observer       CommitObserver
 	TracerProvider trace.TracerProvider

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"context"
 	"math/rand/v2"
+	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // EngineOptions are the knobs both engines share. The zero value is the
@@ -26,6 +29,9 @@ type EngineOptions struct {
 	// when the next batch has gathered, without sleeping; production leaves
 	// it nil.
 	Queued func(committer string, queued int)
+	// Commits reports every group commit (a metric and a span per flush).
+	// The zero value reports nothing.
+	Commits CommitTelemetry
 }
 
 // WithDefaults returns a copy with unset fields filled in.
@@ -48,4 +54,20 @@ func (o EngineOptions) QueuedHook(committer string) func(int) {
 		return nil
 	}
 	return func(n int) { o.Queued(committer, n) }
+}
+
+// CommitHooks are the Observe and Span of the group committer named
+// op ("reports", "creates"), from Commits.
+func (o EngineOptions) CommitHooks(op string) (
+	observe func(items int, d time.Duration, err error),
+	span func(ctx context.Context, items int, callers []trace.SpanContext) (context.Context, func(error)),
+) {
+	t := o.Commits
+	observe = func(items int, d time.Duration, err error) { t.Observe(op, items, d, err) }
+	if t.TracerProvider != nil {
+		span = func(ctx context.Context, items int, callers []trace.SpanContext) (context.Context, func(error)) {
+			return t.StartSpan(ctx, op, items, callers)
+		}
+	}
+	return observe, span
 }

@@ -156,14 +156,14 @@ func (e *execution) claim(release bool) outcomeRight {
 func (w *Worker) execute(e *execution) {
 	defer w.finished(e)
 	ctx, span := w.startSpan(e)
+	defer span.End() // after the report, which is its child
 	result, err := w.callHandler(ctx, e.job)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
 	w.handlerReturned(e)
-	w.publish(e, result, err)
+	w.publish(ctx, e, result, err)
 }
 
 // callHandler runs the job's handler, turning a panic into a retryable
@@ -188,8 +188,10 @@ func (w *Worker) callHandler(ctx context.Context, job *Job) (result []byte, err 
 }
 
 // publish reports the handler's outcome, unless the lease is lost (nothing
-// may be published) or shutdown already released it.
-func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
+// may be published) or shutdown already released it. spanCtx is the
+// handler's: the report is a span under it (the handler may have returned
+// because spanCtx ended, so only its values are kept).
+func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, handlerErr error) {
 	right := e.claim(false)
 	if !right.ok {
 		return
@@ -199,7 +201,7 @@ func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
 		w.log.Info("lease lost while the handler ran; outcome dropped", attrs...)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), reportTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(spanCtx), reportTimeout)
 	defer cancel()
 	var (
 		what  string
@@ -267,7 +269,13 @@ func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
 		}
 		return unary(ctx)
 	}
+	ctx, span := w.tracer.Start(ctx, "leasehold.report "+reportSpanNames[kind], trace.WithSpanKind(trace.SpanKindClient))
 	err := retryTransient(ctx, call)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 	switch {
 	case err == nil:
 		w.log.Debug("reported "+what, attrs...)
@@ -278,6 +286,15 @@ func (w *Worker) publish(e *execution, result []byte, handlerErr error) {
 		// The lease expires and the job is retried elsewhere: at least once.
 		w.log.Error("could not "+what+"; the lease will expire", append(attrs, slog.Any("error", err))...)
 	}
+}
+
+// reportSpanNames name a report's span after the RPC it stands for, on the
+// stream or unary.
+var reportSpanNames = map[leaseholdv1.ReportKind]string{
+	leaseholdv1.ReportKind_REPORT_KIND_COMPLETE: "Complete",
+	leaseholdv1.ReportKind_REPORT_KIND_RETRY:    "Retry",
+	leaseholdv1.ReportKind_REPORT_KIND_CANCEL:   "Cancel",
+	leaseholdv1.ReportKind_REPORT_KIND_RELEASE:  "Release",
 }
 
 // release gives a lease back (shutdown, or a lease this worker cannot take).

@@ -134,7 +134,7 @@ func (c *cli) createKeyOffline(ctx context.Context, f *keyCreateFlags, req *leas
 	if err := store.ValidateCreatePrincipal(p); err != nil {
 		return nil, usageFromInvalid(err)
 	}
-	st, err := openStore(ctx, slog.New(slog.DiscardHandler), storeFlags{databaseURL: f.databaseURL, sqlitePath: f.sqlitePath}, true)
+	st, err := openStore(ctx, slog.New(slog.DiscardHandler), storeFlags{databaseURL: f.databaseURL, sqlitePath: f.sqlitePath}, true, store.EngineOptions{})
 	if err != nil {
 		return nil, usageFromInvalid(err)
 	}

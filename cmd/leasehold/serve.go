@@ -161,7 +161,8 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *
 		log.Error("cannot set up metrics", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
-	st, err := openStore(ctx, log, f.store, !f.noMigrate)
+	opts := store.EngineOptions{Commits: store.CommitTelemetry{Observer: cfg.Metrics, TracerProvider: cfg.TracerProvider}}
+	st, err := openStore(ctx, log, f.store, !f.noMigrate, opts)
 	if err != nil {
 		log.Error("cannot open the store", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
@@ -186,16 +187,16 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *
 // openStore opens the configured engine: PostgreSQL when a database URL is
 // set (migrated first unless migrate is false), otherwise the SQLite file
 // (which Open creates and migrates).
-func openStore(ctx context.Context, log *slog.Logger, sf storeFlags, migrate bool) (store.Store, error) {
+func openStore(ctx context.Context, log *slog.Logger, sf storeFlags, migrate bool, opts store.EngineOptions) (store.Store, error) {
 	if sf.databaseURL != "" {
 		if migrate {
 			if err := postgres.Migrate(ctx, sf.databaseURL); err != nil {
 				return nil, err
 			}
 		}
-		return postgres.Open(ctx, postgres.Config{DatabaseURL: sf.databaseURL, Logger: log})
+		return postgres.Open(ctx, postgres.Config{DatabaseURL: sf.databaseURL, Logger: log, Options: opts})
 	}
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: sf.sqlitePath, Logger: log})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sf.sqlitePath, Logger: log, Options: opts})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is returned by Do once Close has begun.
@@ -56,6 +58,10 @@ type Config[T, R any] struct {
 	// Observe, when set, is told the size and duration of every flush
 	// (metrics).
 	Observe func(items int, d time.Duration, err error)
+	// Span, when set, starts the span of one flush, given the span contexts
+	// of its calls (to link to: a flush serves many traces); end is called
+	// with the flush's error.
+	Span func(ctx context.Context, items int, callers []trace.SpanContext) (_ context.Context, end func(error))
 	// Queued, when set, is called after a call joined the queue, with the
 	// number of items then waiting (tests use it as a barrier).
 	Queued func(items int)
@@ -64,7 +70,8 @@ type Config[T, R any] struct {
 // call is one caller's items and where its answer goes.
 type call[T, R any] struct {
 	items []T
-	done  chan struct{} // closed when res/err are set
+	span  trace.SpanContext // the caller's, linked from the flush's span
+	done  chan struct{}     // closed when res/err are set
 	res   []R
 	err   error
 }
@@ -114,7 +121,7 @@ func (c *Committer[T, R]) Do(ctx context.Context, items ...T) ([]R, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	cl := &call[T, R]{items: items, done: make(chan struct{})}
+	cl := &call[T, R]{items: items, span: trace.SpanContextFromContext(ctx), done: make(chan struct{})}
 	if err := c.enqueue(ctx, cl); err != nil {
 		return nil, err
 	}
@@ -229,12 +236,21 @@ func (c *Committer[T, R]) flush(batch []*call[T, R]) {
 		items = append(items, cl.items...)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.FlushTimeout)
+	end := func(error) {}
+	if c.cfg.Span != nil {
+		callers := make([]trace.SpanContext, len(batch))
+		for i, cl := range batch {
+			callers[i] = cl.span
+		}
+		ctx, end = c.cfg.Span(ctx, len(items), callers)
+	}
 	start := time.Now()
 	res, err := c.safeFlush(ctx, items)
 	cancel()
 	if err == nil && len(res) != len(items) {
 		err = fmt.Errorf("groupcommit: flush returned %d results for %d items", len(res), len(items))
 	}
+	end(err)
 	if c.cfg.Observe != nil {
 		c.cfg.Observe(len(items), time.Since(start), err)
 	}

@@ -219,11 +219,15 @@ func open(ctx context.Context, cfg Config, wait lockWait) (_ *Store, err error) 
 		return nil, fmt.Errorf("prepare statements: %w", interpretError(err))
 	}
 	s.policies = &store.PolicyCache{Load: s.loadPolicyRefs}
+	createObserve, createSpan := s.opts.CommitHooks("creates")
 	s.creates = groupcommit.New(groupcommit.Config[createCall, createAnswer]{
 		Flush: s.createBatch, MaxBatch: 32, MaxPending: 1_000, Queued: s.opts.QueuedHook("create"),
+		Observe: createObserve, Span: createSpan,
 	})
+	reportObserve, reportSpan := s.opts.CommitHooks("reports")
 	s.reports = groupcommit.New(groupcommit.Config[store.Report, store.ReportResult]{
 		Flush: s.applyReports, Queued: s.opts.QueuedHook("report"),
+		Observe: reportObserve, Span: reportSpan,
 	})
 	s.Reporter = store.Reporter{Submit: s.submitReports}
 	return s, nil
