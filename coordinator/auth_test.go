@@ -1,13 +1,17 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -178,8 +182,10 @@ func (e *authEnv) dead(tenant string) *store.Job {
 	return j
 }
 
-func tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
-	return &leaseholdv1.LeaseToken{JobId: t.JobID, LeaseGeneration: t.Generation, WorkerId: t.WorkerID}
+// tok is the token of a lease the store granted, signed as a claim's
+// answer would be.
+func (e *authEnv) tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
+	return withSecret(toToken(t), e.c.leases.sign(t))
 }
 
 // invoke calls method with req over conn, unary or streaming, and returns
@@ -234,6 +240,18 @@ func reasonOf(err error) string {
 	return ""
 }
 
+func fieldViolations(err error) []string {
+	var fields []string
+	for _, d := range status.Convert(err).Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	return fields
+}
+
 // rpcCase is one RPC of the matrix: a request made fresh for each call
 // (fixtures live in tenant A), and the code a permitted caller gets from
 // tenant A (own) and from tenant B (other).
@@ -280,32 +298,32 @@ func matrixCases() map[string]rpcCase {
 			return &leaseholdv1.ClaimRequest{WorkerId: w, Queues: []string{e.uniq("empty")}}
 		}, ok, ok},
 		leaseholdv1.WorkerService_Renew_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{tok(e.leased(tenantA, w).Token)}}
+			return &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{e.tok(e.leased(tenantA, w).Token)}}
 		}, ok, ok}, // another tenant's lease is answered RENEW_STATUS_LOST
 		leaseholdv1.WorkerService_Complete_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.CompleteRequest{Token: tok(e.leased(tenantA, w).Token)}
+			return &leaseholdv1.CompleteRequest{Token: e.tok(e.leased(tenantA, w).Token)}
 		}, ok, nf},
 		leaseholdv1.WorkerService_Retry_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.RetryRequest{Token: tok(e.leased(tenantA, w).Token), Error: &leaseholdv1.JobError{Code: "X", Retryable: true}}
+			return &leaseholdv1.RetryRequest{Token: e.tok(e.leased(tenantA, w).Token), Error: &leaseholdv1.JobError{Code: "X", Retryable: true}}
 		}, ok, nf},
 		leaseholdv1.WorkerService_Cancel_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.CancelRequest{Token: tok(e.leased(tenantA, w).Token)}
+			return &leaseholdv1.CancelRequest{Token: e.tok(e.leased(tenantA, w).Token)}
 		}, ok, nf},
 		leaseholdv1.WorkerService_Release_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.ReleaseRequest{Token: tok(e.leased(tenantA, w).Token)}
+			return &leaseholdv1.ReleaseRequest{Token: e.tok(e.leased(tenantA, w).Token)}
 		}, ok, nf},
 		leaseholdv1.WorkerService_SaveCheckpoint_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.SaveCheckpointRequest{Token: tok(e.leased(tenantA, w).Token), Phase: "p"}
+			return &leaseholdv1.SaveCheckpointRequest{Token: e.tok(e.leased(tenantA, w).Token), Phase: "p"}
 		}, ok, nf},
 		leaseholdv1.WorkerService_ReserveEffect_FullMethodName: {func(e *authEnv, w string) proto.Message {
-			return &leaseholdv1.ReserveEffectRequest{Token: tok(e.leased(tenantA, w).Token), EffectKey: "k"}
+			return &leaseholdv1.ReserveEffectRequest{Token: e.tok(e.leased(tenantA, w).Token), EffectKey: "k"}
 		}, ok, nf},
 		leaseholdv1.WorkerService_RecordEffect_FullMethodName: {func(e *authEnv, w string) proto.Message {
 			c := e.leased(tenantA, w)
 			if _, _, err := e.st.ReserveEffect(context.Background(), store.ReserveEffectParams{Tenant: tenantA, Token: c.Token, Key: "k"}); err != nil {
 				e.t.Fatal(err)
 			}
-			return &leaseholdv1.RecordEffectRequest{Token: tok(c.Token), EffectKey: "k", Status: leaseholdv1.EffectStatus_EFFECT_STATUS_SUCCEEDED}
+			return &leaseholdv1.RecordEffectRequest{Token: e.tok(c.Token), EffectKey: "k", Status: leaseholdv1.EffectStatus_EFFECT_STATUS_SUCCEEDED}
 		}, ok, nf},
 		leaseholdv1.WorkerService_Connect_FullMethodName: {func(e *authEnv, w string) proto.Message {
 			return &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
@@ -456,9 +474,14 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What a reader can see of the lease: everything but its secret.
 	forged := &leaseholdv1.LeaseToken{JobId: jobID, LeaseGeneration: seen.GetJob().GetLease().GetGeneration(), WorkerId: seen.GetJob().GetLease().GetOwner()}
 	if forged.WorkerId != "holder-1" || forged.LeaseGeneration != 1 {
 		t.Fatalf("the reader sees lease %+v", seen.GetJob().GetLease())
+	}
+	real := claimed.GetJobs()[0].GetToken()
+	if len(real.GetSecret()) != store.LeaseKeyLen || proto.Equal(real, forged) {
+		t.Fatalf("the claimer's token %v carries no secret", real)
 	}
 	_, err = leaseholdv1.NewWorkerServiceClient(e.dial(readerKey)).Complete(ctx, &leaseholdv1.CompleteRequest{Token: forged, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
@@ -466,8 +489,18 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	}
 	thief := leaseholdv1.NewWorkerServiceClient(e.dial(thiefKey))
 	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: forged, Result: []byte("forged")})
+	if status.Code(err) != codes.InvalidArgument || !slices.Contains(fieldViolations(err), "token.secret") {
+		t.Errorf("another worker principal completing with the visible token: %v, want INVALID_ARGUMENT token.secret", err)
+	}
+	guessed := proto.CloneOf(forged)
+	guessed.Secret = make([]byte, store.LeaseKeyLen)
+	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: guessed, Result: []byte("forged")})
+	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonLeaseSecretMismatch {
+		t.Errorf("another worker principal completing with a guessed secret: %v, want PERMISSION_DENIED %s", err, ReasonLeaseSecretMismatch)
+	}
+	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
-		t.Errorf("another worker principal completing as holder-1: %v, want PERMISSION_DENIED", err)
+		t.Errorf("another worker principal completing with the stolen token as holder-1: %v, want PERMISSION_DENIED", err)
 	}
 	if _, err := thief.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "holder-1", Queues: []string{"emails"}}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("another principal claiming as holder-1: %v, want PERMISSION_DENIED", err)
@@ -476,7 +509,7 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if err != nil || j.State != store.JobStateLeased || len(j.Result) != 0 {
 		t.Fatalf("after the forgeries the job is %+v (%v), want still leased", j, err)
 	}
-	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: forged, Result: []byte("real")})
+	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("real")})
 	if err != nil || done.GetJob().GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED {
 		t.Errorf("the holder completing: %v", err)
 	}
@@ -686,6 +719,68 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 	for _, s := range []string{secret, rootKey, wrong, secret[len(APIKeyPrefix):]} {
 		if strings.Contains(logs, s) {
 			t.Errorf("the log contains a secret:\n%s", logs)
+		}
+	}
+}
+
+// TestLeaseSecretIsShownOnlyToTheClaimer: the claim's answer carries the
+// lease's secret; nothing a reader can call, nor an echoed token, nor the
+// log at Debug, does.
+func TestLeaseSecretIsShownOnlyToTheClaimer(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx := t.Context()
+	workerKey, _ := e.key(tenantA, store.RoleWorker)
+	readerKey, _ := e.key(tenantA, store.RoleReader)
+	workers := leaseholdv1.NewWorkerServiceClient(e.dial(workerKey))
+	e.job(tenantA, "emails")
+	claimed, err := workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "w-1", Queues: []string{"emails"}})
+	if err != nil || len(claimed.GetJobs()) != 1 {
+		t.Fatalf("claim: %v", err)
+	}
+	tok := claimed.GetJobs()[0].GetToken()
+	secret := tok.GetSecret()
+	if len(secret) != store.LeaseKeyLen {
+		t.Fatalf("secret of %d bytes", len(secret))
+	}
+	renewed, err := workers.Renew(ctx, &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := leaseholdv1.NewJobServiceClient(e.dial(readerKey))
+	got, err := reader.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: tok.GetJobId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := reader.ListJobs(ctx, &leaseholdv1.ListJobsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := reader.ListJobEvents(ctx, &leaseholdv1.ListJobEventsRequest{JobId: tok.GetJobId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := reader.WatchJob(ctx, &leaseholdv1.WatchJobRequest{JobId: tok.GetJobId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]proto.Message{"GetJob": got, "ListJobs": listed, "ListJobEvents": events, "WatchJob": watched, "Renew's echo": renewed} {
+		b, _ := proto.Marshal(m)
+		if bytes.Contains(b, secret) {
+			t.Errorf("%s shows the lease secret", name)
+		}
+	}
+	if _, err := workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: tok}); err != nil {
+		t.Fatal(err)
+	}
+	logs := e.logs.String()
+	for _, enc := range []string{string(secret), hex.EncodeToString(secret), base64.StdEncoding.EncodeToString(secret), base64.RawURLEncoding.EncodeToString(secret)} {
+		if strings.Contains(logs, enc) {
+			t.Errorf("the log contains the lease secret")
 		}
 	}
 }

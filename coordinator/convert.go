@@ -150,17 +150,32 @@ func toEffect(e *store.Effect) *leaseholdv1.Effect {
 	}
 }
 
+// toToken is a token as echoed in answers: without its secret.
 func toToken(t store.LeaseToken) *leaseholdv1.LeaseToken {
 	return &leaseholdv1.LeaseToken{JobId: t.JobID, LeaseGeneration: t.Generation, WorkerId: t.WorkerID}
 }
 
-func toLeasedJob(c store.ClaimedJob) *leaseholdv1.LeasedJob {
+// withoutSecret is t as echoed in an answer.
+func withoutSecret(t *leaseholdv1.LeaseToken) *leaseholdv1.LeaseToken {
+	if t == nil {
+		return nil
+	}
+	return &leaseholdv1.LeaseToken{JobId: t.GetJobId(), LeaseGeneration: t.GetLeaseGeneration(), WorkerId: t.GetWorkerId()}
+}
+
+func withSecret(t *leaseholdv1.LeaseToken, secret []byte) *leaseholdv1.LeaseToken {
+	t.Secret = secret
+	return t
+}
+
+// toLeasedJob is a granted lease, with its token's secret.
+func toLeasedJob(c store.ClaimedJob, secret []byte) *leaseholdv1.LeasedJob {
 	effects := make([]*leaseholdv1.Effect, 0, len(c.Effects))
 	for i := range c.Effects {
 		effects = append(effects, toEffect(&c.Effects[i]))
 	}
 	return &leaseholdv1.LeasedJob{
-		Job: toJob(c.Job), Token: toToken(c.Token),
+		Job: toJob(c.Job), Token: withSecret(toToken(c.Token), secret),
 		LeaseExpiresAt: ts(c.Job.LeaseExpiresAt), Effects: effects,
 	}
 }

@@ -41,6 +41,7 @@ type Coordinator struct {
 	changes    *broadcast
 	activity   activity
 	reporter   *activityReporter
+	leases     leaseSigner
 	metrics    *Metrics
 	tracer     trace.Tracer
 	ready      readiness
@@ -85,12 +86,17 @@ func New(cfg Config) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	leases, err := newLeaseSigner(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
 	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		store:    cfg.Store,
-		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration},
+		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration, leases: leases},
+		leases:   leases,
 		health:   health.NewServer(),
 		changes:  newBroadcast(),
 		bgCtx:    bgCtx,

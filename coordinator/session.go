@@ -109,7 +109,7 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 	}
 	for _, j := range jobs {
 		s.leases[j.Token.JobID] = j.Token
-		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j)}})
+		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.leases.sign(j.Token))}})
 	}
 	s.mu.Unlock()
 	for _, j := range jobs {
@@ -306,7 +306,7 @@ func (s *session) recvLoop(stream leaseholdv1.WorkerService_ConnectServer) error
 			if r.err != nil {
 				// An invalid report is answered, not fatal: the stream's
 				// other leases are fine.
-				out := &leaseholdv1.ReportResult{Token: r.tok, Kind: r.kind}
+				out := &leaseholdv1.ReportResult{Token: withoutSecret(r.tok), Kind: r.kind}
 				setReportError(out, toStatus(s.ctx, c.log, r.err))
 				s.enqueue(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}})
 				continue

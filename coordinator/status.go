@@ -44,6 +44,9 @@ const (
 	// ReasonPermissionDenied: the caller's role, queue scopes or worker id
 	// do not allow the call (PERMISSION_DENIED).
 	ReasonPermissionDenied = "PERMISSION_DENIED"
+	// ReasonLeaseSecretMismatch: a lease token's secret is not the one its
+	// lease was issued with (PERMISSION_DENIED).
+	ReasonLeaseSecretMismatch = "LEASE_SECRET_MISMATCH"
 	// ReasonPrincipalNotFound: RevokeApiKey named no principal of the
 	// caller's tenant.
 	ReasonPrincipalNotFound = "PRINCIPAL_NOT_FOUND"
@@ -95,6 +98,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return invalidArgument(inv.Field, inv.Reason)
 	case errors.Is(err, store.ErrInvalid):
 		return statusError(codes.InvalidArgument, ReasonInvalidArgument, "invalid argument")
+	case errors.Is(err, errLeaseSecret):
+		return statusError(codes.PermissionDenied, ReasonLeaseSecretMismatch,
+			"the token's secret is not its lease's: report with the token exactly as the lease gave it")
 	case errors.Is(err, store.ErrLeaseLost):
 		return statusError(codes.FailedPrecondition, ReasonLeaseLost,
 			"the lease is no longer held at this generation: stop working on the job and publish nothing more for it")

@@ -85,7 +85,7 @@ func (s *session) report(r streamReport) {
 	if err == nil {
 		err = res[0].Err
 	}
-	out := &leaseholdv1.ReportResult{Token: r.tok, Kind: r.kind}
+	out := &leaseholdv1.ReportResult{Token: withoutSecret(r.tok), Kind: r.kind}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
 			return // the stream ended: nobody to answer

@@ -46,6 +46,8 @@ const (
 type validator struct {
 	payloadMax   int
 	defaultLease time.Duration
+	// leases checks each token's secret.
+	leases leaseSigner
 }
 
 func (v validator) blob(field string, b []byte) error {
@@ -125,11 +127,30 @@ func requiredName(field, s string) error {
 	return nil
 }
 
-// token decodes a lease token; field names the token in the request. Its
-// values are the store's to check.
-func token(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, error) {
+// token decodes a lease token and checks its secret; field names the token
+// in the request. The secret is checked first, before any other field of
+// the request (AIP-211: authorization before validation), since without it
+// the caller has no business with the lease. The token's other values are
+// the store's to check.
+func (v validator) token(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, error) {
+	tok, err := decodeToken(field, t)
+	if err != nil {
+		return store.LeaseToken{}, err
+	}
+	if !v.leases.verify(tok, t.GetSecret()) {
+		return store.LeaseToken{}, errLeaseSecret
+	}
+	return tok, nil
+}
+
+// decodeToken decodes a token that must carry a secret, without checking
+// it.
+func decodeToken(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, error) {
 	if t == nil {
 		return store.LeaseToken{}, store.Invalid(field, "is required")
+	}
+	if len(t.GetSecret()) == 0 {
+		return store.LeaseToken{}, store.Invalid(field+".secret", "is required: send the token as the lease gave it")
 	}
 	return store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}, nil
 }
@@ -307,14 +328,14 @@ func (v validator) Claim(r *leaseholdv1.ClaimRequest) (claimRequest, error) {
 }
 
 // tokens validates a list of tokens that must all belong to one worker.
-func tokens(field string, in []*leaseholdv1.LeaseToken, worker string) ([]store.LeaseToken, error) {
+func (v validator) tokens(field string, in []*leaseholdv1.LeaseToken, worker string) ([]store.LeaseToken, error) {
 	if len(in) > store.BatchMaxItems {
 		return nil, store.Invalid(field, fmt.Sprintf("must have at most %d items", store.BatchMaxItems))
 	}
 	out := make([]store.LeaseToken, 0, len(in))
 	for i, t := range in {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		tok, err := token(f, t)
+		tok, err := decodeToken(f, t)
 		if err != nil {
 			return nil, err
 		}
@@ -326,6 +347,11 @@ func tokens(field string, in []*leaseholdv1.LeaseToken, worker string) ([]store.
 		}
 		out = append(out, tok)
 	}
+	for i, tok := range out {
+		if !v.leases.verify(tok, in[i].GetSecret()) {
+			return nil, errLeaseSecret
+		}
+	}
 	return out, nil
 }
 
@@ -335,7 +361,7 @@ func (v validator) Renew(r *leaseholdv1.RenewRequest) (store.RenewParams, error)
 	if len(r.GetTokens()) == 0 {
 		return store.RenewParams{}, store.Invalid("tokens", fmt.Sprintf("must have 1-%d items", store.BatchMaxItems))
 	}
-	toks, err := tokens("tokens", r.GetTokens(), "")
+	toks, err := v.tokens("tokens", r.GetTokens(), "")
 	if err != nil {
 		return store.RenewParams{}, err
 	}
@@ -360,7 +386,7 @@ func (v validator) leaseDuration(field string, d *durationpb.Duration, def time.
 
 // Complete validates a CompleteRequest.
 func (v validator) Complete(r *leaseholdv1.CompleteRequest) (store.CompleteParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.CompleteParams{}, err
 	}
@@ -373,7 +399,7 @@ func (v validator) Complete(r *leaseholdv1.CompleteRequest) (store.CompleteParam
 // Retry validates a RetryRequest. The error is required: a Retry without
 // one would silently fail the job as non-retryable.
 func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.RetryParams{}, err
 	}
@@ -390,7 +416,7 @@ func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error)
 
 // Cancel validates a (holder's) CancelRequest.
 func (v validator) Cancel(r *leaseholdv1.CancelRequest) (store.CancelByHolderParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.CancelByHolderParams{}, err
 	}
@@ -399,13 +425,13 @@ func (v validator) Cancel(r *leaseholdv1.CancelRequest) (store.CancelByHolderPar
 
 // Release validates a ReleaseRequest.
 func (v validator) Release(r *leaseholdv1.ReleaseRequest) (store.ReleaseParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	return store.ReleaseParams{Token: tok}, err
 }
 
 // SaveCheckpoint validates a SaveCheckpointRequest.
 func (v validator) SaveCheckpoint(r *leaseholdv1.SaveCheckpointRequest) (store.SaveCheckpointParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.SaveCheckpointParams{}, err
 	}
@@ -417,7 +443,7 @@ func (v validator) SaveCheckpoint(r *leaseholdv1.SaveCheckpointRequest) (store.S
 
 // ReserveEffect validates a ReserveEffectRequest.
 func (v validator) ReserveEffect(r *leaseholdv1.ReserveEffectRequest) (store.ReserveEffectParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.ReserveEffectParams{}, err
 	}
@@ -426,7 +452,7 @@ func (v validator) ReserveEffect(r *leaseholdv1.ReserveEffectRequest) (store.Res
 
 // RecordEffect validates a RecordEffectRequest.
 func (v validator) RecordEffect(r *leaseholdv1.RecordEffectRequest) (store.RecordEffectParams, error) {
-	tok, err := token("token", r.GetToken())
+	tok, err := v.token("token", r.GetToken())
 	if err != nil {
 		return store.RecordEffectParams{}, err
 	}
@@ -513,7 +539,7 @@ func (v validator) CreditGrant(r *leaseholdv1.CreditGrant) (int, error) {
 // Heartbeat validates a Heartbeat of the stream's worker. An unset
 // lease_duration is def (the stream's).
 func (v validator) Heartbeat(r *leaseholdv1.Heartbeat, worker string, def time.Duration) ([]store.LeaseToken, time.Duration, error) {
-	toks, err := tokens("heartbeat.tokens", r.GetTokens(), worker)
+	toks, err := v.tokens("heartbeat.tokens", r.GetTokens(), worker)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -56,7 +56,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	c.leasesClaimed(ctx, p.Tenant, jobs)
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, toLeasedJob(j))
+		out = append(out, toLeasedJob(j, c.leases.sign(j.Token)))
 	}
 	return &leaseholdv1.ClaimResponse{Jobs: out}, nil
 }

@@ -242,13 +242,14 @@ func TestStreamReportsAreAnsweredLikeTheUnaryCalls(t *testing.T) {
 			st.send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Complete{Complete: &leaseholdv1.CompleteRequest{Token: tok, Result: []byte("r")}}})
 			return st.next(isReport).GetReportResult()
 		}
-		stale := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration() + 1, WorkerId: "reporter"}
-		if r := complete(stale); codes.Code(r.GetCode()) != codes.FailedPrecondition || r.GetReason() != coordinator.ReasonLeaseLost {
-			t.Fatalf("stale generation: %v; want FAILED_PRECONDITION/LEASE_LOST", r)
+		later := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration() + 1, WorkerId: "reporter", Secret: a.GetSecret()}
+		if r := complete(later); codes.Code(r.GetCode()) != codes.PermissionDenied || r.GetReason() != coordinator.ReasonLeaseSecretMismatch {
+			t.Fatalf("a generation the secret is not for: %v; want PERMISSION_DENIED/%s", r, coordinator.ReasonLeaseSecretMismatch)
 		}
-		foreign := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration(), WorkerId: "someone-else"}
-		if r := complete(foreign); codes.Code(r.GetCode()) != codes.InvalidArgument || r.GetKind() != leaseholdv1.ReportKind_REPORT_KIND_COMPLETE {
-			t.Fatalf("another worker's token: %v; want INVALID_ARGUMENT", r)
+		foreign := &leaseholdv1.LeaseToken{JobId: a.GetJobId(), LeaseGeneration: a.GetLeaseGeneration(), WorkerId: "someone-else", Secret: a.GetSecret()}
+		if r := complete(foreign); codes.Code(r.GetCode()) != codes.PermissionDenied || r.GetKind() != leaseholdv1.ReportKind_REPORT_KIND_COMPLETE ||
+			len(r.GetToken().GetSecret()) != 0 {
+			t.Fatalf("another worker's id with this lease's secret: %v; want PERMISSION_DENIED, echoed without the secret", r)
 		}
 		if r := complete(a); r.GetCode() != 0 || r.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || r.GetToken().GetJobId() != a.GetJobId() {
 			t.Fatalf("complete: %v; want OK, SUCCEEDED", r)

@@ -22,7 +22,7 @@ func TestInvalidRequestsGetFieldViolationsAndWriteNothing(t *testing.T) {
 		for i := range 65 {
 			tooManyMeta[strings.Repeat("k", i+1)] = "v"
 		}
-		tok := &leaseholdv1.LeaseToken{JobId: "j", LeaseGeneration: 1, WorkerId: "w"}
+		tok := &leaseholdv1.LeaseToken{JobId: "j", LeaseGeneration: 1, WorkerId: "w"} // no secret
 		cases := []struct {
 			name  string
 			field string
@@ -70,18 +70,8 @@ func TestInvalidRequestsGetFieldViolationsAndWriteNothing(t *testing.T) {
 				_, err := c.jobs.ListJobs(ctx, &leaseholdv1.ListJobsRequest{PageSize: -1})
 				return err
 			}},
-			{"token without generation", "token.lease_generation", func(ctx context.Context) error {
-				_, err := c.workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: &leaseholdv1.LeaseToken{JobId: "j", WorkerId: "w"}})
-				return err
-			}},
-			{"retry without an error", "error", func(ctx context.Context) error {
-				_, err := c.workers.Retry(ctx, &leaseholdv1.RetryRequest{Token: tok})
-				return err
-			}},
-			{"renew tokens of two workers", "tokens[1].worker_id", func(ctx context.Context) error {
-				_, err := c.workers.Renew(ctx, &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{
-					tok, {JobId: "j2", LeaseGeneration: 1, WorkerId: "other"},
-				}})
+			{"token without its secret", "token.secret", func(ctx context.Context) error {
+				_, err := c.workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: tok})
 				return err
 			}},
 			{"policy with a multiplier below 1", "policy.retry.multiplier", func(ctx context.Context) error {
@@ -92,10 +82,6 @@ func TestInvalidRequestsGetFieldViolationsAndWriteNothing(t *testing.T) {
 			}},
 			{"pause of an unnamed queue", "queue", func(ctx context.Context) error {
 				_, err := c.admin.PauseQueue(ctx, &leaseholdv1.PauseQueueRequest{})
-				return err
-			}},
-			{"record effect without status", "status", func(ctx context.Context) error {
-				_, err := c.workers.RecordEffect(ctx, &leaseholdv1.RecordEffectRequest{Token: tok, EffectKey: "charge"})
 				return err
 			}},
 		}
@@ -131,6 +117,79 @@ func TestInvalidRequestsGetFieldViolationsAndWriteNothing(t *testing.T) {
 			t.Fatalf("queues after invalid requests = %v, %v; want none", queues.GetQueues(), err)
 		}
 	})
+}
+
+// Lease-bound calls check the lease's secret before anything else, so their
+// other fields are tried with a real lease: each invalid call is refused
+// with its field and leaves the lease as it was; a secret that is not the
+// lease's is PERMISSION_DENIED.
+func TestInvalidLeaseCallsGetFieldViolationsAndChangeNothing(t *testing.T) {
+	engines(t, func(t *testing.T, pg bool) {
+		_, c := setup(t, pg, nil)
+		ctx := ctxT(t)
+		created, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("lease-calls", "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := c.workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"lease-calls"}})
+		if err != nil || len(claimed.GetJobs()) != 1 {
+			t.Fatalf("claim: %v, %v", claimed, err)
+		}
+		tok := claimed.GetJobs()[0].GetToken()
+		other := &leaseholdv1.LeaseToken{JobId: created.GetJob().GetId(), LeaseGeneration: 1, WorkerId: "other", Secret: tok.GetSecret()}
+		cases := []struct {
+			name  string
+			field string
+			call  func(context.Context) error
+		}{
+			{"retry without an error", "error", func(ctx context.Context) error {
+				_, err := c.workers.Retry(ctx, &leaseholdv1.RetryRequest{Token: tok})
+				return err
+			}},
+			{"renew tokens of two workers", "tokens[1].worker_id", func(ctx context.Context) error {
+				_, err := c.workers.Renew(ctx, &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{tok, other}})
+				return err
+			}},
+			{"record effect without status", "status", func(ctx context.Context) error {
+				_, err := c.workers.RecordEffect(ctx, &leaseholdv1.RecordEffectRequest{Token: tok, EffectKey: "charge"})
+				return err
+			}},
+		}
+		for _, tc := range cases {
+			err := tc.call(ctx)
+			wantReason(t, err, codes.InvalidArgument, coordinator.ReasonInvalidArgument)
+			if fields := fieldViolations(err); !slices.Contains(fields, tc.field) {
+				t.Errorf("%s: field violations %v, want %s", tc.name, fields, tc.field)
+			}
+		}
+		for name, bad := range map[string]*leaseholdv1.LeaseToken{
+			"another worker's id":   other,
+			"another generation":    {JobId: tok.GetJobId(), LeaseGeneration: 2, WorkerId: "w", Secret: tok.GetSecret()},
+			"a secret one bit away": {JobId: tok.GetJobId(), LeaseGeneration: 1, WorkerId: "w", Secret: flipBit(tok.GetSecret())},
+		} {
+			_, err := c.workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: bad})
+			if code, reason := errorInfo(err); code != codes.PermissionDenied || reason != coordinator.ReasonLeaseSecretMismatch {
+				t.Errorf("complete with %s: %v, want PERMISSION_DENIED %s", name, err, coordinator.ReasonLeaseSecretMismatch)
+			}
+		}
+		got, err := c.jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: tok.GetJobId()})
+		if err != nil || got.GetJob().GetState() != leaseholdv1.JobState_JOB_STATE_LEASED || got.GetJob().GetLease().GetGeneration() != 1 {
+			t.Fatalf("after the refused calls the job is %v, %v; want leased at generation 1", got.GetJob(), err)
+		}
+		events, err := c.jobs.ListJobEvents(ctx, &leaseholdv1.ListJobEventsRequest{JobId: tok.GetJobId()})
+		if err != nil || len(events.GetEvents()) != 2 {
+			t.Fatalf("events after the refused calls: %v, %v; want QUEUED and LEASED only", events.GetEvents(), err)
+		}
+		if _, err := c.workers.Complete(ctx, &leaseholdv1.CompleteRequest{Token: tok}); err != nil {
+			t.Fatalf("complete with the lease's own token: %v", err)
+		}
+	})
+}
+
+func flipBit(b []byte) []byte {
+	out := slices.Clone(b)
+	out[0] ^= 1
+	return out
 }
 
 func TestPageSizesFollowAIP158(t *testing.T) {

@@ -233,6 +233,21 @@ type Identities interface {
 	AppendAudit(ctx context.Context, p AppendAuditParams) (*AuditEvent, error)
 	// ListAudit pages a tenant's audit log newest first (at desc, id desc).
 	ListAudit(ctx context.Context, p ListAuditParams) (*AuditPage, error)
+	// LeaseKey returns the key that signs lease secrets, shared by every
+	// coordinator of the database: the stored one, or candidate, stored
+	// now, when there is none yet.
+	LeaseKey(ctx context.Context, candidate []byte) ([]byte, error)
+}
+
+// LeaseKeyLen is the length of the lease-signing key, in bytes.
+const LeaseKeyLen = 32
+
+// ValidateLeaseKey checks a candidate lease key.
+func ValidateLeaseKey(key []byte) error {
+	if len(key) != LeaseKeyLen {
+		return Invalid("lease_key", fmt.Sprintf("must be %d bytes", LeaseKeyLen))
+	}
+	return nil
 }
 
 // ValidQueuePattern reports whether s is a queue name in which "*" may

@@ -56,6 +56,13 @@ const qTouchPrincipal = `
 UPDATE principals SET last_used_at = ?3
 WHERE tenant = ?1 AND id = ?2 AND (last_used_at IS NULL OR last_used_at < ?4)`
 
+// qStoreLeaseKey stores the lease key unless one exists; qLeaseKey reads
+// it.
+const (
+	qStoreLeaseKey = `INSERT INTO lease_keys (id, key, created_at) VALUES (1, ?1, ?2) ON CONFLICT (id) DO NOTHING`
+	qLeaseKey      = `SELECT key FROM lease_keys WHERE id = 1`
+)
+
 // qBindWorker makes ?3 the owner of a worker id that has none, or whose
 // owner was revoked; no row when another valid principal owns it.
 const qBindWorker = `
@@ -330,6 +337,24 @@ func (s *Store) BindWorker(ctx context.Context, p store.BindWorkerParams) (strin
 		return "", err
 	}
 	return owner, nil
+}
+
+// LeaseKey implements store.Identities.
+func (s *Store) LeaseKey(ctx context.Context, candidate []byte) ([]byte, error) {
+	if err := store.ValidateLeaseKey(candidate); err != nil {
+		return nil, err
+	}
+	var key []byte
+	err := s.write(ctx, "lease_key", func(tx *writeTx) error {
+		if _, err := tx.ExecContext(ctx, qStoreLeaseKey, candidate, micros(time.Now())); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, qLeaseKey).Scan(&key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return key, nil
 }
 
 // AppendAudit implements store.Identities.

@@ -23,6 +23,7 @@ func identityTests() group {
 		{"a worker id belongs to the principal that bound it first until that one is revoked", testBindWorker},
 		{"the audit log pages newest first, per tenant", testAuditPaging},
 		{"cancel, replay and abandon record the acting principal in their events", testActorInEvents},
+		{"the lease key is the first candidate stored, the same for every later caller", testLeaseKey},
 	}}
 }
 
@@ -370,5 +371,22 @@ func testActorInEvents(t *testing.T, h Harness) {
 	}
 	if ev := last(plain.ID); actorOf(ev) != "" {
 		t.Errorf("a cancel without an actor records actor %q", actorOf(ev))
+	}
+}
+
+func testLeaseKey(t *testing.T, h Harness) {
+	e := setup(t, h)
+	first := bytes.Repeat([]byte{1}, store.LeaseKeyLen)
+	second := bytes.Repeat([]byte{2}, store.LeaseKeyLen)
+	if _, err := e.s.LeaseKey(e.ctx, first[:16]); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("a short candidate: %v, want ErrInvalid", err)
+	}
+	got, err := e.s.LeaseKey(e.ctx, first)
+	if err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("first caller got %x, %v; want its candidate", got, err)
+	}
+	got, err = e.s.LeaseKey(e.ctx, second)
+	if err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("second caller got %x, %v; want the stored key", got, err)
 	}
 }

@@ -456,7 +456,17 @@ type LeaseToken struct {
 	LeaseGeneration int64 `protobuf:"varint,2,opt,name=lease_generation,json=leaseGeneration,proto3" json:"lease_generation,omitempty"`
 	// The worker identity that claimed the job (ClaimRequest.worker_id or
 	// Hello.worker_id).
-	WorkerId      string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerId string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The lease secret: 32 bytes issued with the lease, known only to the
+	// claimer. Every lease-bound call (Renew, Complete, Retry, Cancel,
+	// Release, checkpoints, effects, and their stream forms) must present
+	// it; a token without it is INVALID_ARGUMENT, one with a wrong secret
+	// PERMISSION_DENIED (reason LEASE_SECRET_MISMATCH). It is never shown by
+	// GetJob, ListJobs, WatchJob or events, so seeing a lease's job id,
+	// generation and owner is not enough to report for it. Treat it as a
+	// credential: don't log it. Echoed tokens (RenewResult, ReportResult)
+	// leave it out.
+	Secret        []byte `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +520,13 @@ func (x *LeaseToken) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *LeaseToken) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 // LeaseInfo describes who holds a job right now.
@@ -1868,12 +1885,13 @@ var File_leasehold_v1_types_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"k\n" +
+	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x01\n" +
 	"\n" +
 	"LeaseToken\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12)\n" +
 	"\x10lease_generation\x18\x02 \x01(\x03R\x0fleaseGeneration\x12\x1b\n" +
-	"\tworker_id\x18\x03 \x01(\tR\bworkerId\"|\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\fR\x06secret\"|\n" +
 	"\tLeaseInfo\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +

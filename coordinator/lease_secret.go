@@ -1,0 +1,71 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// A lease's secret is what makes its token unforgeable: anyone who may
+// read a job sees its id, lease generation and owner, but only the
+// claimer receives the secret, and every lease-bound call must present it.
+//
+// The secret is HMAC-SHA256 of the lease's (job id, generation, worker id)
+// under a key kept in the database (store.LeaseKey), so any coordinator of
+// the database can check it without a read, and nothing per lease is
+// stored. Each claim bumps the generation, so each claim gets a new secret;
+// without the key the secret is indistinguishable from 256 random bits.
+
+// errLeaseSecret: a token's secret is not its lease's.
+var errLeaseSecret = errors.New("lease secret mismatch")
+
+// leaseKeyTimeout bounds reading (or storing) the key at New.
+const leaseKeyTimeout = 10 * time.Second
+
+// leaseSigner signs and checks lease secrets with the store's key.
+type leaseSigner struct {
+	key []byte
+}
+
+// newLeaseSigner loads the store's lease key, offering a fresh random one
+// in case the store has none yet.
+func newLeaseSigner(st store.Store) (leaseSigner, error) {
+	candidate := make([]byte, store.LeaseKeyLen)
+	if _, err := rand.Read(candidate); err != nil {
+		return leaseSigner{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseKeyTimeout)
+	defer cancel()
+	key, err := st.LeaseKey(ctx, candidate)
+	if err != nil {
+		return leaseSigner{}, fmt.Errorf("read the lease key: %w", err)
+	}
+	return leaseSigner{key: key}, nil
+}
+
+// sign returns the secret of the lease t names.
+func (s leaseSigner) sign(t store.LeaseToken) []byte {
+	m := hmac.New(sha256.New, s.key)
+	// Length-prefixed fields: no two tokens encode alike.
+	var n [8]byte
+	for _, f := range []string{t.JobID, t.WorkerID} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		m.Write(n[:])
+		m.Write([]byte(f))
+	}
+	binary.BigEndian.PutUint64(n[:], uint64(t.Generation))
+	m.Write(n[:])
+	return m.Sum(nil)
+}
+
+// verify reports whether secret is the lease's, in constant time.
+func (s leaseSigner) verify(t store.LeaseToken, secret []byte) bool {
+	return hmac.Equal(s.sign(t), secret)
+}

@@ -1,0 +1,76 @@
+package coordinator
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+func testSigner() leaseSigner {
+	return leaseSigner{key: bytes.Repeat([]byte{7}, store.LeaseKeyLen)}
+}
+
+// Every field of a lease changes its secret, and fields cannot be shifted
+// into one another.
+func TestLeaseSecretsDifferPerLease(t *testing.T) {
+	s := testSigner()
+	base := store.LeaseToken{JobID: "job-1", Generation: 3, WorkerID: "w"}
+	seen := map[string]store.LeaseToken{}
+	for _, tok := range []store.LeaseToken{
+		base,
+		{JobID: "job-2", Generation: 3, WorkerID: "w"},
+		{JobID: "job-1", Generation: 4, WorkerID: "w"},
+		{JobID: "job-1", Generation: 3, WorkerID: "x"},
+		{JobID: "job-1w", Generation: 3, WorkerID: ""},
+		{JobID: "job-", Generation: 3, WorkerID: "1w"},
+	} {
+		secret := s.sign(tok)
+		if len(secret) != 32 {
+			t.Fatalf("secret of %d bytes", len(secret))
+		}
+		if other, dup := seen[string(secret)]; dup {
+			t.Errorf("%+v and %+v share a secret", tok, other)
+		}
+		seen[string(secret)] = tok
+		if !s.verify(tok, secret) {
+			t.Errorf("%+v: its own secret does not verify", tok)
+		}
+	}
+	other := leaseSigner{key: bytes.Repeat([]byte{8}, store.LeaseKeyLen)}
+	if other.verify(base, s.sign(base)) {
+		t.Error("a secret verified under another key")
+	}
+}
+
+// FuzzLeaseToken: decoding any token never panics, and accepts exactly the
+// tokens whose secret is the signer's for their fields.
+func FuzzLeaseToken(f *testing.F) {
+	s := testSigner()
+	good := store.LeaseToken{JobID: "0190c3a4-7b2e-7d1a-9c4f-2b6e8d0a1f33", Generation: 1, WorkerID: "w"}
+	f.Add(good.JobID, good.Generation, good.WorkerID, s.sign(good))
+	f.Add("", int64(0), "", []byte(nil))
+	f.Add("j", int64(-1), "w", []byte{1})
+	f.Fuzz(func(t *testing.T, jobID string, gen int64, worker string, secret []byte) {
+		v := validator{leases: s}
+		tok, err := v.token("token", &leaseholdv1.LeaseToken{JobId: jobID, LeaseGeneration: gen, WorkerId: worker, Secret: secret})
+		want := store.LeaseToken{JobID: jobID, Generation: gen, WorkerID: worker}
+		switch {
+		case len(secret) == 0:
+			var inv *store.InvalidError
+			if !errors.As(err, &inv) || inv.Field != "token.secret" {
+				t.Fatalf("no secret: %v, want token.secret invalid", err)
+			}
+		case bytes.Equal(secret, s.sign(want)):
+			if err != nil || tok != want {
+				t.Fatalf("signed token: %+v, %v", tok, err)
+			}
+		default:
+			if !errors.Is(err, errLeaseSecret) {
+				t.Fatalf("unsigned token: %v, want errLeaseSecret", err)
+			}
+		}
+	})
+}
