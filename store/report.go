@@ -2,9 +2,12 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -110,6 +113,11 @@ type ReportTx interface {
 	LockLeases(ctx context.Context, refs []LeaseRef) (map[int]Held, error)
 	// QueuePolicies returns the effective policy of each queue.
 	QueuePolicies(ctx context.Context, queues []QueueRef) (map[QueueRef]QueuePolicy, error)
+	// LockBreakers locks the breakers of keys (sorted, distinct), creating
+	// each missing one as NewBreaker says, after LockLeases: jobs first,
+	// then breakers, in every transaction that takes both, so none waits
+	// on another in a cycle.
+	LockBreakers(ctx context.Context, keys []BreakerKey) (map[BreakerKey]Breaker, error)
 	// Inspect reads, without locking, each ref's job (nil when the tenant
 	// has no such job) and the attempt row of the token's generation (nil
 	// when there is none), by index into refs.
@@ -141,6 +149,9 @@ type Changes struct {
 	Renewals []Renewal
 	// Wake lists the queues that got jobs back (once each).
 	Wake []QueueRef
+	// Breakers are the breakers the reports changed, by key, with their
+	// events.
+	Breakers []BreakerChange
 }
 
 // Leave moves one leased job out of its lease and records the attempt
@@ -204,6 +215,13 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 	if err != nil {
 		return nil, err
 	}
+	var breakers map[BreakerKey]Breaker
+	if keys := breakersNeeded(reports, held); len(keys) > 0 {
+		if breakers, err = tx.LockBreakers(ctx, keys); err != nil {
+			return nil, err
+		}
+	}
+	changed := map[BreakerKey]*BreakerChange{}
 
 	type jobKey struct{ tenant, id string }
 	type ended struct {
@@ -265,7 +283,7 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 			t = DecideComplete(h, r.Token, r.Result)
 		case ReportRetry:
 			policy := policies[QueueRef{r.Tenant, h.Job.Queue}]
-			t = DecideFailure(policy.Retry, h, r.Token, r.Error, r.RetryAfter, rnd())
+			t = DecideFailure(policy.Retry, creditHeld(h, breakers), r.Token, r.Error, r.RetryAfter, rnd())
 		case ReportCancel:
 			t = DecideCancelByHolder(r.Token, r.Reason)
 		case ReportRelease:
@@ -273,6 +291,7 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 		default:
 			return nil, fmt.Errorf("report %d: unknown kind %v", i, r.Kind)
 		}
+		foldOutcome(breakers, changed, h, r)
 		job := t.Apply(h.Job, h.Now)
 		delete(current, key)
 		delete(renewals, key)
@@ -285,6 +304,9 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 		out[i] = ReportResult{Job: job}
 	}
 
+	for _, k := range slices.SortedFunc(maps.Keys(changed), compareBreakerKeys) {
+		changes.Breakers = append(changes.Breakers, *changed[k])
+	}
 	for _, key := range renewOrd {
 		if rn, ok := renewals[key]; ok {
 			changes.Renewals = append(changes.Renewals, rn)
@@ -304,7 +326,7 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 			out[i] = AnswerUnheld(reports[i], got.Job, got.Attempt)
 		}
 	}
-	if len(changes.Leaves) > 0 || len(changes.Renewals) > 0 {
+	if len(changes.Leaves) > 0 || len(changes.Renewals) > 0 || len(changes.Breakers) > 0 {
 		if err := tx.Apply(ctx, changes); err != nil {
 			return nil, err
 		}
@@ -339,6 +361,73 @@ func policiesNeeded(reports []Report, held map[int]Held) []QueueRef {
 		}
 	}
 	return out
+}
+
+// breakersNeeded lists (sorted, distinct) the breakers the held reports
+// are outcomes for: Completes and Retries of jobs that name a dependency.
+// Retries with uncounted codes are among them too, since their retry
+// deadline is credited with the breaker's holds (creditHeld).
+func breakersNeeded(reports []Report, held map[int]Held) []BreakerKey {
+	seen := map[BreakerKey]bool{}
+	var out []BreakerKey
+	for i, r := range reports {
+		h, ok := held[i]
+		if !ok || h.Job.Dependency == "" || (r.Kind != ReportComplete && r.Kind != ReportRetry) {
+			continue
+		}
+		k := BreakerKey{Tenant: r.Tenant, Dependency: h.Job.Dependency}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, compareBreakerKeys)
+	return out
+}
+
+func compareBreakerKeys(a, b BreakerKey) int {
+	return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Dependency, b.Dependency))
+}
+
+// creditHeld is h with the job's retry deadline moved on by the time its
+// breaker held it back since it was created: waiting behind an open
+// breaker spends none of its time budget.
+func creditHeld(h Held, breakers map[BreakerKey]Breaker) Held {
+	b, ok := breakers[BreakerKey{h.Job.Tenant, h.Job.Dependency}]
+	if !ok || h.Job.RetryDeadline.IsZero() {
+		return h
+	}
+	if d := b.HeldDuring(h.Job.CreatedAt, h.Now); d > 0 {
+		j := *h.Job
+		j.RetryDeadline = j.RetryDeadline.Add(d)
+		h.Job = &j
+	}
+	return h
+}
+
+// foldOutcome folds report r of the job h holds into its breaker, when it
+// is an outcome (a Complete, or a Retry with a counted code), keeping the
+// breaker's running state in breakers and what changed in changed.
+func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*BreakerChange, h Held, r Report) {
+	k := BreakerKey{h.Job.Tenant, h.Job.Dependency}
+	b, ok := breakers[k]
+	if !ok {
+		return
+	}
+	failed := r.Kind == ReportRetry
+	if failed && !b.Policy.Counts(r.Error) {
+		return
+	}
+	next, events := DecideBreakerOutcome(b, r.Token, failed, h.Now)
+	c, ok := changed[k]
+	if !ok {
+		c = &BreakerChange{FirstSeq: b.EventSeq + 1}
+		changed[k] = c
+	}
+	next.EventSeq += int64(len(events))
+	breakers[k] = next
+	c.Breaker, c.Now = next, h.Now
+	c.Events = append(c.Events, events...)
 }
 
 // answerEnded answers report r about a job that an earlier report of the

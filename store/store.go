@@ -153,6 +153,9 @@ type Store interface {
 	// not terminal.
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
 
+	// Breakers keeps the fleet-wide circuit breakers (breaker.go).
+	Breakers
+
 	// Identities keeps principals, worker id owners and the audit log
 	// (identity.go).
 	Identities

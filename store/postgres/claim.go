@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -35,7 +36,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 //     each such queue with an advisory lock, in sorted order, and counts
 //     its unexpired leases, so that two claimers never exceed the limit
 //     together.
-//  3. Only when some job is on a later lease, its latest checkpoint and
+//  3. Jobs whose dependency's breaker is not closed are skipped; the
+//     tenant's breakers that are not closed are read in the same round
+//     trip, and only when one is due for half-open probes does a second
+//     transaction admit them (claimProbes).
+//  4. Only when some job is on a later lease, its latest checkpoint and
 //     effect ledger are read.
 //
 // The queues' policies (paused, default and maximum lease, concurrency
@@ -63,10 +68,14 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	for _, pol := range policies {
 		limited = limited || (!pol.Paused && pol.ConcurrencyLimit > 0)
 	}
-	var recs []*jobRecord
+	var (
+		recs []*jobRecord
+		gate []store.Breaker
+		at   time.Time
+	)
 	if !limited {
-		// The common case is one statement: it commits on its own, in one
-		// round trip.
+		// The common case is one statement (with the breaker read
+		// pipelined beside it): it commits on its own, in one round trip.
 		err = s.retryTx(ctx, "claim", func() error {
 			if hook := s.opts.BeforeCommit; hook != nil {
 				if err := hook("claim"); err != nil {
@@ -74,7 +83,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				}
 			}
 			var err error
-			recs, err = claimStatement(ctx, s.pool, p, queues, policies, nil, owners, leases)
+			recs, gate, at, err = claimRound(ctx, s.pool, p, queues, policies, nil, owners, leases)
 			return err
 		})
 	} else {
@@ -83,12 +92,24 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 			if err != nil {
 				return err
 			}
-			recs, err = claimStatement(ctx, tx, p, queues, policies, active, owners, leases)
+			recs, gate, at, err = claimRound(ctx, tx, p, queues, policies, active, owners, leases)
 			return err
 		})
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(gate) > 0 && len(recs) < len(owners) {
+		more, err := s.claimProbes(ctx, p, queues, policies, limited, gate, at, owners[len(recs):], leases[len(recs):])
+		recs = append(recs, more...)
+		if err != nil && len(recs) == 0 {
+			return nil, err
+		}
+		if err != nil {
+			// The main claim committed: hand out what it leased rather
+			// than leave those leases to expire.
+			s.logger.WarnContext(ctx, "probe claim failed", slog.Any("error", err))
+		}
 	}
 	out, err := s.claimedJobs(ctx, p.Tenant, recs)
 	if err != nil {
@@ -141,11 +162,68 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 	return active, br.Close()
 }
 
-// claimStatement runs qClaimMany for the open queues (not paused, with
-// room under their limit given the active leases counted) and returns the
-// leased rows.
+// batcher is a pool, connection or transaction that pipelines.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// claimRound is one claim round: qClaimMany (skipping jobs held by
+// breakers) pipelined with qGateBreakers, which says whether a breaker of
+// the tenant is not closed and so might be due for probes, and the
+// instant that was judged at.
+func claimRound(ctx context.Context, q batcher, p store.ClaimManyParams, queues []string,
+	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64,
+) (recs []*jobRecord, gate []store.Breaker, at time.Time, err error) {
+	args := claimArgs(p, queues, policies, active, owners, leases, "")
+	if args == nil {
+		return nil, nil, time.Time{}, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(qClaimMany, args...)
+	b.Queue(qGateBreakers, p.Tenant, nowArg(p.Now))
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	if recs, err = collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) }); err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	list, err := collect(rows, func(r pgx.Row) (*store.Breaker, error) { return scanBreaker(r, &at) })
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	for _, x := range list {
+		gate = append(gate, *x)
+	}
+	return recs, gate, at.UTC(), br.Close()
+}
+
+// claimStatement runs qClaimMany for the open queues and returns the
+// leased rows; probe, when set, takes only that dependency's jobs.
 func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, queues []string,
-	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64) ([]*jobRecord, error) {
+	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64, probe string) ([]*jobRecord, error) {
+	args := claimArgs(p, queues, policies, active, owners, leases, probe)
+	if args == nil {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, qClaimMany, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+}
+
+// claimArgs are qClaimMany's arguments for the open queues (not paused,
+// with room under their limit given the active leases counted), or nil
+// when no queue is open.
+func claimArgs(p store.ClaimManyParams, queues []string, policies map[store.QueueRef]store.QueuePolicy,
+	active map[string]int64, owners []string, leases []int64, probe string) []any {
 	total := len(owners)
 	var (
 		names                    []string
@@ -170,13 +248,9 @@ func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, que
 		maxLeases = append(maxLeases, int64(pol.LeaseFor(store.LeaseDurationMax)))
 	}
 	if len(names) == 0 {
-		return nil, nil
+		return nil
 	}
-	rows, err := q.Query(ctx, qClaimMany, p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total)
-	if err != nil {
-		return nil, err
-	}
-	return collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+	return []any{p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total, probe}
 }
 
 // claimedJobs turns leased rows into claims in claim order, with the

@@ -80,9 +80,20 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	lease := int64(30 * time.Second)
 	text := explain("claim query", postgres.ClaimQuery,
 		"t1", []string{"emails", "reports"}, []int32{10, 10}, []int64{lease, lease}, []int64{lease, lease},
-		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2)
-	if !strings.Contains(text, "jobs_claim_idx") {
-		t.Errorf("the claim query does not use jobs_claim_idx:\n%s", text)
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "")
+	if !strings.Contains(text, "Index Scan using jobs_claim_idx") {
+		t.Errorf("the claim query does not walk jobs_claim_idx in order:\n%s", text)
+	}
+	// The breaker gate is read once per statement (an InitPlan), not once
+	// per candidate row; and a half-open probe claim walks the same index.
+	if !strings.Contains(text, "InitPlan") {
+		t.Errorf("the claim query does not read the breaker gate once per statement:\n%s", text)
+	}
+	text = explain("probe claim query", postgres.ClaimQuery,
+		"t1", []string{"emails"}, []int32{2}, []int64{lease}, []int64{lease},
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "payments-api")
+	if !strings.Contains(text, "Index Scan using jobs_dependency_claim_idx") {
+		t.Errorf("the probe claim query does not walk jobs_dependency_claim_idx in order:\n%s", text)
 	}
 	// The reaper finds expired leases, and the earliest expiry, through the
 	// leased index, never the table.

@@ -125,7 +125,11 @@ const (
 	// id), each queue capped at its share, and cut to $9 jobs; the k-th
 	// goes to slot k ($6 owners, $7 asked lease, 0 for the queue's
 	// default), leased at $8 (NULL: the database clock): generation + 1,
-	// attempts + 1, one event sequence for its LEASED event.
+	// attempts + 1, one event sequence for its LEASED event. With $10
+	// empty, jobs whose dependency's breaker is not closed are skipped
+	// (the breakers are read once per statement, through their partial
+	// index, and cost nothing while all are closed); with $10 set, only
+	// that dependency's jobs are taken, as half-open probes.
 	qClaimMany = `WITH q AS (
 		SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[]) AS q(queue, cap, default_ns, max_ns)
 	), slots AS (
@@ -136,6 +140,9 @@ const (
 			FROM jobs j
 			WHERE j.tenant = $1 AND j.queue = q.queue AND j.state = 'queued'
 			  AND j.available_at <= coalesce($8::timestamptz, now()) AND NOT j.cancel_requested
+			  AND CASE WHEN $10::text = ''
+			      THEN j.dependency = '' OR j.dependency <> ALL (ARRAY(SELECT b.dependency FROM breakers b WHERE b.tenant = $1 AND b.state <> 'closed'))
+			      ELSE j.dependency = $10 END
 			ORDER BY j.priority DESC, j.available_at, j.id
 			LIMIT q.cap
 			FOR UPDATE SKIP LOCKED

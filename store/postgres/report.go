@@ -245,6 +245,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		}
 		b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
 	}
+	breakers := queueBreakerChanges(b, c.Breakers)
 	for _, q := range c.Wake {
 		b.Queue(qNotify, r.s.channel, encodeNotification(q.Tenant, q.Queue))
 	}
@@ -273,6 +274,11 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		}
 		if int(tag.RowsAffected()) != renewals {
 			return fmt.Errorf("report batch: %d of %d leases renewed", tag.RowsAffected(), renewals)
+		}
+	}
+	for range breakers {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
 	}
 	return br.Close()

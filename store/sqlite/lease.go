@@ -53,46 +53,101 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 			priority    int32
 			availableAt int64
 		}
-		var all []candidate
+		// room is what each open queue may still take: the slots, cut to
+		// its concurrency limit.
+		room := map[string]int{}
 		for _, ref := range refs {
 			pol := policies[ref]
 			if pol.Paused {
 				continue
 			}
-			room := len(slots)
+			n := len(slots)
 			if pol.ConcurrencyLimit > 0 {
 				var active int
 				if err := tx.QueryRowContext(ctx, qActiveLeases, p.Tenant, ref.Queue, micros(now)).Scan(&active); err != nil {
 					return fmt.Errorf("count leases of %q: %w", ref.Queue, err)
 				}
-				room = min(room, int(pol.ConcurrencyLimit)-active)
+				n = min(n, int(pol.ConcurrencyLimit)-active)
 			}
-			if room <= 0 {
-				continue
-			}
-			rows, err := tx.QueryContext(ctx, qClaimCandidates, p.Tenant, ref.Queue, micros(now), room)
-			if err != nil {
-				return fmt.Errorf("claim from %q: %w", ref.Queue, err)
-			}
-			for rows.Next() {
-				c := candidate{queue: ref.Queue}
-				if err := rows.Scan(&c.id, &c.priority, &c.availableAt); err != nil {
-					rows.Close()
-					return fmt.Errorf("claim from %q: %w", ref.Queue, err)
-				}
-				all = append(all, c)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-			if err := rows.Err(); err != nil {
-				return err
+			if n > 0 {
+				room[ref.Queue] = n
 			}
 		}
-		slices.SortFunc(all, func(a, b candidate) int {
-			return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.availableAt, b.availableAt), cmp.Compare(a.id, b.id))
-		})
-		all = all[:min(len(all), len(slots))]
+		// candidates lists up to want claimable jobs across the open
+		// queues in claim order (probe: of that dependency only).
+		candidates := func(probe string, want int) ([]candidate, error) {
+			var all []candidate
+			for _, ref := range refs {
+				n := min(room[ref.Queue], want)
+				if n <= 0 {
+					continue
+				}
+				query, args := qClaimCandidates, []any{p.Tenant, ref.Queue, micros(now), n}
+				if probe != "" {
+					query, args = qClaimProbeCandidates, append(args, probe)
+				}
+				rows, err := tx.QueryContext(ctx, query, args...)
+				if err != nil {
+					return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
+				}
+				for rows.Next() {
+					c := candidate{queue: ref.Queue}
+					if err := rows.Scan(&c.id, &c.priority, &c.availableAt); err != nil {
+						rows.Close()
+						return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
+					}
+					all = append(all, c)
+				}
+				if err := rows.Close(); err != nil {
+					return nil, err
+				}
+				if err := rows.Err(); err != nil {
+					return nil, err
+				}
+			}
+			slices.SortFunc(all, func(a, b candidate) int {
+				return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.availableAt, b.availableAt), cmp.Compare(a.id, b.id))
+			})
+			all = all[:min(len(all), want)]
+			for _, c := range all {
+				room[c.queue]--
+			}
+			return all, nil
+		}
+		all, err := candidates("", len(slots))
+		if err != nil {
+			return err
+		}
+		// Breakers that are not closed held their jobs back above; those
+		// due for half-open probes admit them now, in the same
+		// transaction (the single writer needs no lock to count them).
+		var probes []store.BreakerChange
+		probeOf := map[string]int{} // job id → index into probes
+		if len(all) < len(slots) && len(room) > 0 {
+			gate, err := queryBreakers(ctx, tx, qGateBreakers, p.Tenant)
+			if err != nil {
+				return fmt.Errorf("read breakers: %w", err)
+			}
+			for _, b := range gate {
+				admit, next, events := store.DecideProbes(b, now)
+				var more []candidate
+				if n := min(admit, len(slots)-len(all)); n > 0 {
+					if more, err = candidates(b.Dependency, n); err != nil {
+						return err
+					}
+				}
+				if len(more) == 0 && len(events) == 0 {
+					continue
+				}
+				for _, c := range more {
+					probeOf[c.id] = len(probes)
+				}
+				first := next.EventSeq + 1
+				next.EventSeq += int64(len(events))
+				probes = append(probes, store.BreakerChange{Breaker: next, FirstSeq: first, Events: events, Now: now})
+				all = append(all, more...)
+			}
+		}
 		for k, c := range all {
 			w := p.Waiters[slots[k]]
 			lease := policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration)
@@ -103,6 +158,10 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				return fmt.Errorf("lease %q: %w", c.id, err)
 			}
 			gen, attempts := row.job.LeaseGeneration, row.job.Attempts
+			if i, ok := probeOf[c.id]; ok {
+				tok := store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker}
+				probes[i].Breaker = store.AdmitProbes(probes[i].Breaker, []store.LeaseToken{tok}, now)
+			}
 			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires)
 			if _, err := tx.ExecContext(ctx, qInsertEvent, p.Tenant, c.id, seq, string(store.EventLeased), micros(now), data); err != nil {
 				return fmt.Errorf("append leased event: %w", err)
@@ -122,7 +181,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				Effects: effects,
 			})
 		}
-		return nil
+		return writeBreakers(ctx, tx, probes)
 	})
 	if err != nil {
 		return nil, err

@@ -116,11 +116,24 @@ WHERE state = 'leased' AND lease_expires_at > ?3 AND tenant = ?1 AND queue = ?2`
 // order, walking jobs_claim_idx: its predicate is repeated verbatim, which
 // SQLite requires before it uses a partial index, and INDEXED BY turns a
 // plan without it into an error rather than a slow claim.
+// Jobs whose dependency's breaker is not closed are skipped (the
+// breakers are read once, through their partial index).
 const qClaimCandidates = `
 SELECT id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx
 WHERE tenant = ?1 AND queue = ?2
   AND state = 'queued' AND cancel_requested = 0
   AND available_at <= ?3
+  AND dependency NOT IN (SELECT dependency FROM breakers WHERE tenant = ?1 AND state <> 'closed')
+ORDER BY priority DESC, available_at, id
+LIMIT ?4`
+
+// qClaimProbeCandidates is qClaimCandidates for the jobs of one
+// dependency (?5) only: the half-open probes.
+const qClaimProbeCandidates = `
+SELECT id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx
+WHERE tenant = ?1 AND queue = ?2
+  AND state = 'queued' AND cancel_requested = 0
+  AND available_at <= ?3 AND dependency = ?5
 ORDER BY priority DESC, available_at, id
 LIMIT ?4`
 
@@ -372,12 +385,12 @@ DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
 var statements = []string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
-	qActiveLeases, qClaimCandidates, qLeaseJob, qLockExpired, qNextExpiry, qLeaveExpired,
+	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLeaseJob, qLockExpired, qNextExpiry, qLeaveExpired,
 	qInsertAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
 	qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
-	qPruneIdempotencyKeys,
+	qPruneIdempotencyKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
 }

@@ -201,6 +201,9 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 			return fmt.Errorf("renew %q: %d rows renewed (%v)", rn.Token.JobID, n, err)
 		}
 	}
+	if err := writeBreakers(ctx, r.tx, c.Breakers); err != nil {
+		return err
+	}
 	r.tx.wake = append(r.tx.wake, c.Wake...)
 	return nil
 }

@@ -96,6 +96,7 @@ func Run(t *testing.T, h Harness) {
 		dispatchTests(),
 		identityTests(),
 		metricsTests(),
+		breakerTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
