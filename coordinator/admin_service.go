@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -13,9 +12,6 @@ import (
 )
 
 // adminService is the operator API.
-//
-// Circuit breakers are not available in this version: ListBreakers answers
-// an empty list (there are none) and ResetBreaker answers UNIMPLEMENTED.
 type adminService struct {
 	leaseholdv1.UnimplementedAdminServiceServer
 	c *Coordinator
@@ -210,21 +206,111 @@ func (a *adminService) AbandonDeadJob(ctx context.Context, req *leaseholdv1.Aban
 	return &leaseholdv1.AbandonDeadJobResponse{DeadJob: toDeadJob(d)}, nil
 }
 
-// ListBreakers answers an empty list: circuit breakers are not available
-// in this version, so none exist.
-func (a *adminService) ListBreakers(context.Context, *leaseholdv1.ListBreakersRequest) (*leaseholdv1.ListBreakersResponse, error) {
-	return &leaseholdv1.ListBreakersResponse{}, nil
-}
-
-// ResetBreaker answers UNIMPLEMENTED: circuit breakers are not available in
-// this version.
-func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetBreakerRequest) (*leaseholdv1.ResetBreakerResponse, error) {
+// ListBreakers lists the tenant's breakers. Breakers are per tenant, not
+// per queue, so a queue-scoped caller sees them all (they hold no job
+// data).
+func (a *adminService) ListBreakers(ctx context.Context, _ *leaseholdv1.ListBreakersRequest) (*leaseholdv1.ListBreakersResponse, error) {
 	c := a.c
-	if err := c.v.ResetBreaker(req); err != nil {
+	bs, err := c.store.ListBreakers(ctx, tenantFrom(ctx))
+	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	return nil, statusError(codes.Unimplemented, ReasonUnimplemented,
-		"circuit breakers are not available in this version of the coordinator")
+	now := c.now()
+	out := make([]*leaseholdv1.Breaker, len(bs))
+	for i := range bs {
+		out[i] = toBreaker(&bs[i], now)
+	}
+	return &leaseholdv1.ListBreakersResponse{Breakers: out}, nil
+}
+
+func (a *adminService) GetBreaker(ctx context.Context, req *leaseholdv1.GetBreakerRequest) (*leaseholdv1.GetBreakerResponse, error) {
+	c := a.c
+	dep, err := c.v.GetBreaker(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	b, err := c.store.GetBreaker(ctx, tenantFrom(ctx), dep)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	return &leaseholdv1.GetBreakerResponse{Breaker: toBreaker(b, c.now())}, nil
+}
+
+func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetBreakerRequest) (*leaseholdv1.ResetBreakerResponse, error) {
+	c := a.c
+	p, err := c.v.ResetBreaker(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now, p.Actor = tenantFrom(ctx), c.now(), callerFrom(ctx).identity
+	b, err := c.store.ResetBreaker(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.audit(ctx, store.AuditBreakerReset, p.Dependency, map[string]any{"reason": p.Reason})
+	c.metrics.BreakerState(p.Tenant, p.Dependency, BreakerClosed)
+	// The dependency's jobs are claimable at once: do not leave them to
+	// the next poll.
+	c.dispatcher.WakeAll()
+	return &leaseholdv1.ResetBreakerResponse{Breaker: toBreaker(b, p.Now)}, nil
+}
+
+func (a *adminService) ForceOpenBreaker(ctx context.Context, req *leaseholdv1.ForceOpenBreakerRequest) (*leaseholdv1.ForceOpenBreakerResponse, error) {
+	c := a.c
+	p, err := c.v.ForceOpenBreaker(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant, p.Now, p.Actor = tenantFrom(ctx), c.now(), callerFrom(ctx).identity
+	b, err := c.store.ForceOpenBreaker(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.audit(ctx, store.AuditBreakerForcedOpen, p.Dependency, map[string]any{"reason": p.Reason, "duration": p.Duration.String()})
+	c.metrics.BreakerState(p.Tenant, p.Dependency, BreakerOpen)
+	return &leaseholdv1.ForceOpenBreakerResponse{Breaker: toBreaker(b, p.Now)}, nil
+}
+
+func (a *adminService) UpdateBreakerPolicy(ctx context.Context, req *leaseholdv1.UpdateBreakerPolicyRequest) (*leaseholdv1.UpdateBreakerPolicyResponse, error) {
+	c := a.c
+	pol, err := c.v.UpdateBreakerPolicy(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	now := c.now()
+	b, err := c.store.UpdateBreakerPolicy(ctx, store.UpdateBreakerPolicyParams{
+		Tenant: tenantFrom(ctx), Policy: pol, Actor: callerFrom(ctx).identity, Now: now,
+	})
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := toBreaker(b, now)
+	var data map[string]any
+	if raw, err := protojson.Marshal(out.GetPolicy()); err == nil {
+		data = map[string]any{"policy": json.RawMessage(raw)}
+	}
+	c.audit(ctx, store.AuditBreakerPolicyUpdated, pol.Dependency, data)
+	return &leaseholdv1.UpdateBreakerPolicyResponse{Breaker: out}, nil
+}
+
+func (a *adminService) ListBreakerEvents(ctx context.Context, req *leaseholdv1.ListBreakerEventsRequest) (*leaseholdv1.ListBreakerEventsResponse, error) {
+	c := a.c
+	p, err := c.v.ListBreakerEvents(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	p.Tenant = tenantFrom(ctx)
+	evs, err := c.store.ListBreakerEvents(ctx, p)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := make([]*leaseholdv1.BreakerEvent, len(evs))
+	for i, e := range evs {
+		out[i] = &leaseholdv1.BreakerEvent{
+			Dependency: e.Dependency, Sequence: e.Sequence, Type: breakerEventTypes[e.Type], Time: ts(e.Time), Data: e.Data,
+		}
+	}
+	return &leaseholdv1.ListBreakerEventsResponse{Events: out}, nil
 }
 
 func (a *adminService) ListWorkers(ctx context.Context, _ *leaseholdv1.ListWorkersRequest) (*leaseholdv1.ListWorkersResponse, error) {

@@ -182,6 +182,17 @@ func (e *authEnv) dead(tenant string) *store.Job {
 	return j
 }
 
+// breaker makes a breaker of tenant (force-opened through the store) and
+// returns its dependency.
+func (e *authEnv) breaker(tenant string) string {
+	e.t.Helper()
+	dep := e.uniq("dep")
+	if _, err := e.st.ForceOpenBreaker(context.Background(), store.ForceOpenBreakerParams{Tenant: tenant, Dependency: dep}); err != nil {
+		e.t.Fatal(err)
+	}
+	return dep
+}
+
 // tok is the token of a lease the store granted, signed as a claim's
 // answer would be.
 func (e *authEnv) tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
@@ -365,9 +376,21 @@ func matrixCases() map[string]rpcCase {
 		leaseholdv1.AdminService_ListBreakers_FullMethodName: {func(*authEnv, string) proto.Message {
 			return &leaseholdv1.ListBreakersRequest{}
 		}, ok, ok},
-		leaseholdv1.AdminService_ResetBreaker_FullMethodName: {func(*authEnv, string) proto.Message {
-			return &leaseholdv1.ResetBreakerRequest{Dependency: "payments"}
-		}, codes.Unimplemented, codes.Unimplemented},
+		leaseholdv1.AdminService_GetBreaker_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.GetBreakerRequest{Dependency: e.breaker(tenantA)}
+		}, ok, nf},
+		leaseholdv1.AdminService_ResetBreaker_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ResetBreakerRequest{Dependency: e.breaker(tenantA), Reason: "matrix"}
+		}, ok, nf},
+		leaseholdv1.AdminService_ListBreakerEvents_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ListBreakerEventsRequest{Dependency: e.breaker(tenantA)}
+		}, ok, nf},
+		leaseholdv1.AdminService_ForceOpenBreaker_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ForceOpenBreakerRequest{Dependency: e.uniq("dep"), Duration: durationpb.New(time.Minute)}
+		}, ok, ok},
+		leaseholdv1.AdminService_UpdateBreakerPolicy_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.UpdateBreakerPolicyRequest{Policy: &leaseholdv1.BreakerPolicy{Dependency: e.uniq("dep"), HalfOpenProbes: 2}}
+		}, ok, ok},
 		leaseholdv1.AdminService_ListWorkers_FullMethodName: {func(*authEnv, string) proto.Message {
 			return &leaseholdv1.ListWorkersRequest{}
 		}, ok, ok},

@@ -252,3 +252,38 @@ func toQueueStats(s *store.QueueStats) *leaseholdv1.QueueStats {
 		Succeeded: s.Succeeded, Failed: s.Failed, Cancelled: s.Cancelled, Dead: s.Dead, Paused: s.Paused,
 	}
 }
+
+var breakerStates = map[store.BreakerState]leaseholdv1.BreakerState{
+	store.BreakerClosed:   leaseholdv1.BreakerState_BREAKER_STATE_CLOSED,
+	store.BreakerOpen:     leaseholdv1.BreakerState_BREAKER_STATE_OPEN,
+	store.BreakerHalfOpen: leaseholdv1.BreakerState_BREAKER_STATE_HALF_OPEN,
+}
+
+var breakerEventTypes = map[store.BreakerEventType]leaseholdv1.BreakerEventType{
+	store.BreakerEventOpened:        leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_OPENED,
+	store.BreakerEventHalfOpened:    leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_HALF_OPENED,
+	store.BreakerEventClosed:        leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_CLOSED,
+	store.BreakerEventReset:         leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_RESET,
+	store.BreakerEventForcedOpen:    leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_FORCED_OPEN,
+	store.BreakerEventPolicyUpdated: leaseholdv1.BreakerEventType_BREAKER_EVENT_TYPE_POLICY_UPDATED,
+}
+
+// toBreaker is b as the API shows it at now (the window's counts depend on
+// the time for a time window).
+func toBreaker(b *store.Breaker, now time.Time) *leaseholdv1.Breaker {
+	f, n := b.Counts(now)
+	p := b.Policy
+	return &leaseholdv1.Breaker{
+		Dependency: b.Dependency, State: breakerStates[b.State], FailureRate: b.FailureRate(now),
+		OpenedAt: ts(b.OpenedAt), NextProbeAt: ts(b.NextProbeAt),
+		WindowFailures: f, WindowOutcomes: n, Trips: b.Trips, Forced: b.Forced,
+		ProbesInFlight: int32(len(b.Probes)), PolicyStored: b.PolicyStored, UpdatedAt: ts(b.UpdatedAt),
+		Policy: &leaseholdv1.BreakerPolicy{
+			Dependency: p.Dependency, CountedErrorCodes: p.CountedErrorCodes, WindowSize: p.WindowSize,
+			WindowDuration: dur(p.WindowDuration), MinimumVolume: p.MinimumVolume,
+			FailureRateThreshold: p.FailureRateThreshold, OpenDuration: dur(p.OpenDuration),
+			MaxOpenDuration: dur(p.MaxOpenDuration), BackoffMultiplier: p.BackoffMultiplier,
+			HalfOpenProbes: p.HalfOpenProbes, ProbeTimeout: dur(p.ProbeTimeout),
+		},
+	}
+}

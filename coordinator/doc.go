@@ -44,10 +44,16 @@
 // revocation takes to reach every coordinator; streams re-check theirs and
 // end when it is revoked.
 //
-// # Not yet
+// # Circuit breakers
 //
-// Circuit breakers are not available in this version: ListBreakers answers
-// an empty list and ResetBreaker answers UNIMPLEMENTED.
+// Breakers live in the store (store/breaker.go decides, the engines keep
+// one row per tenant and dependency): reports feed them through the
+// group committer and claims honour them, so every coordinator on the
+// database sees the same state with no messages between them. The admin
+// service only shows and operates them (list, get, reset, force-open,
+// policy, events) and audits each operator action. Transitions made by
+// reports and claims are recorded as breaker events in the store; the
+// breaker metrics are only told of operator actions.
 //
 // Shutdown follows the numbered steps documented on Coordinator.Shutdown.
 package coordinator

@@ -50,6 +50,9 @@ const (
 	// ReasonPrincipalNotFound: RevokeApiKey named no principal of the
 	// caller's tenant.
 	ReasonPrincipalNotFound = "PRINCIPAL_NOT_FOUND"
+	// ReasonBreakerNotFound: GetBreaker, ResetBreaker or
+	// ListBreakerEvents named a dependency with no breaker.
+	ReasonBreakerNotFound = "BREAKER_NOT_FOUND"
 	// ReasonPrincipalExists: a valid principal already has this
 	// certificate common name.
 	ReasonPrincipalExists = "PRINCIPAL_EXISTS"
@@ -110,6 +113,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrIdempotencyConflict):
 		return statusError(codes.AlreadyExists, ReasonIdempotencyConflict,
 			"request_id was already used with a different request: use a new request_id or resend the original request")
+	case errors.Is(err, store.ErrBreakerNotFound):
+		return statusError(codes.NotFound, ReasonBreakerNotFound,
+			"the dependency has no breaker yet: nothing has reported on it and no operator has acted on it")
 	case errors.Is(err, store.ErrNotFound):
 		return statusError(codes.NotFound, ReasonJobNotFound, "job not found")
 	case errors.Is(err, store.ErrAlreadyFinal):

@@ -652,7 +652,97 @@ func (v validator) AbandonDeadJob(r *leaseholdv1.AbandonDeadJobRequest) (store.A
 	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
 }
 
+// GetBreaker validates a GetBreakerRequest.
+func (v validator) GetBreaker(r *leaseholdv1.GetBreakerRequest) (string, error) {
+	return r.GetDependency(), requiredName("dependency", r.GetDependency())
+}
+
 // ResetBreaker validates a ResetBreakerRequest.
-func (v validator) ResetBreaker(r *leaseholdv1.ResetBreakerRequest) error {
-	return requiredName("dependency", r.GetDependency())
+func (v validator) ResetBreaker(r *leaseholdv1.ResetBreakerRequest) (store.ResetBreakerParams, error) {
+	if err := requiredName("dependency", r.GetDependency()); err != nil {
+		return store.ResetBreakerParams{}, err
+	}
+	if err := store.ValidateReason(r.GetReason()); err != nil {
+		return store.ResetBreakerParams{}, err
+	}
+	return store.ResetBreakerParams{Dependency: r.GetDependency(), Reason: r.GetReason()}, nil
+}
+
+// ForceOpenBreaker validates a ForceOpenBreakerRequest.
+func (v validator) ForceOpenBreaker(r *leaseholdv1.ForceOpenBreakerRequest) (store.ForceOpenBreakerParams, error) {
+	d, err := duration("duration", r.GetDuration())
+	if err != nil {
+		return store.ForceOpenBreakerParams{}, err
+	}
+	// The tenant is filled in by the handler; validate the rest now.
+	p := store.ForceOpenBreakerParams{Tenant: "-", Dependency: r.GetDependency(), Duration: d, Reason: r.GetReason()}
+	if err := store.ValidateForceOpen(p); err != nil {
+		return store.ForceOpenBreakerParams{}, err
+	}
+	p.Tenant = ""
+	return p, nil
+}
+
+// UpdateBreakerPolicy validates an UpdateBreakerPolicyRequest and returns
+// the policy with defaults filled in.
+func (v validator) UpdateBreakerPolicy(r *leaseholdv1.UpdateBreakerPolicyRequest) (store.BreakerPolicy, error) {
+	bp := r.GetPolicy()
+	if bp == nil {
+		return store.BreakerPolicy{}, store.Invalid("policy", "is required")
+	}
+	p := store.BreakerPolicy{
+		Dependency: bp.GetDependency(), CountedErrorCodes: bp.GetCountedErrorCodes(),
+		WindowSize: bp.GetWindowSize(), MinimumVolume: bp.GetMinimumVolume(),
+		FailureRateThreshold: bp.GetFailureRateThreshold(), BackoffMultiplier: bp.GetBackoffMultiplier(),
+		HalfOpenProbes: bp.GetHalfOpenProbes(),
+	}
+	for _, d := range []struct {
+		field string
+		in    *durationpb.Duration
+		out   *time.Duration
+	}{
+		{"policy.window_duration", bp.GetWindowDuration(), &p.WindowDuration},
+		{"policy.open_duration", bp.GetOpenDuration(), &p.OpenDuration},
+		{"policy.max_open_duration", bp.GetMaxOpenDuration(), &p.MaxOpenDuration},
+		{"policy.probe_timeout", bp.GetProbeTimeout(), &p.ProbeTimeout},
+	} {
+		var err error
+		if *d.out, err = duration(d.field, d.in); err != nil {
+			return store.BreakerPolicy{}, err
+		}
+	}
+	switch {
+	case len(p.CountedErrorCodes) > store.BreakerCodesMax:
+		return store.BreakerPolicy{}, store.Invalid("policy.counted_error_codes", "must have at most 64 codes")
+	case p.WindowSize < 0:
+		return store.BreakerPolicy{}, store.Invalid("policy.window_size", "must not be negative")
+	case p.MinimumVolume < 0:
+		return store.BreakerPolicy{}, store.Invalid("policy.minimum_volume", "must not be negative")
+	case p.HalfOpenProbes < 0:
+		return store.BreakerPolicy{}, store.Invalid("policy.half_open_probes", "must not be negative")
+	case p.FailureRateThreshold < 0:
+		return store.BreakerPolicy{}, store.Invalid("policy.failure_rate_threshold", "must not be negative")
+	case p.BackoffMultiplier < 0:
+		return store.BreakerPolicy{}, store.Invalid("policy.backoff_multiplier", "must not be negative")
+	}
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return store.BreakerPolicy{}, err
+	}
+	return p, nil
+}
+
+// ListBreakerEvents validates a ListBreakerEventsRequest.
+func (v validator) ListBreakerEvents(r *leaseholdv1.ListBreakerEventsRequest) (store.ListBreakerEventsParams, error) {
+	if err := requiredName("dependency", r.GetDependency()); err != nil {
+		return store.ListBreakerEventsParams{}, err
+	}
+	if r.GetAfterSequence() < 0 {
+		return store.ListBreakerEventsParams{}, store.Invalid("after_sequence", "must not be negative")
+	}
+	size, err := pageSize("page_size", r.GetPageSize(), EventPageSizeDefault, EventPageSizeMax)
+	if err != nil {
+		return store.ListBreakerEventsParams{}, err
+	}
+	return store.ListBreakerEventsParams{Dependency: r.GetDependency(), AfterSequence: r.GetAfterSequence(), Limit: size}, nil
 }

@@ -18,10 +18,10 @@ import (
 const APIVersion = "leasehold.v1"
 
 // Capabilities are the features this server supports, reported by
-// GetVersion. Circuit breakers are not among them yet.
+// GetVersion.
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
-	"checkpoints", "dead_letter", "watch_job", "stream_reports",
+	"checkpoints", "dead_letter", "watch_job", "stream_reports", "circuit_breakers",
 }
 
 // workerService is the worker API: thin shells over the store, plus the

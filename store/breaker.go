@@ -702,7 +702,8 @@ func ValidateListBreakerEvents(p ListBreakerEventsParams) error {
 // Breakers is the part of Store that keeps circuit breakers. A breaker row
 // appears when its dependency first reports or an operator acts on it.
 type Breakers interface {
-	// ListBreakers returns every breaker of the tenant, by dependency.
+	// ListBreakers returns the tenant's breakers by dependency, at most
+	// ListLimitMax of them.
 	ListBreakers(ctx context.Context, tenant string) ([]Breaker, error)
 	// GetBreaker returns one breaker; ErrNotFound when its dependency has
 	// no breaker yet.

@@ -39,6 +39,10 @@ var (
 	// unique and already exists: a valid principal with the same
 	// certificate subject.
 	ErrAlreadyExists = errors.New("already exists")
+	// ErrBreakerNotFound is returned when a dependency has no breaker yet
+	// (nothing reported on it and no operator acted on it). It matches
+	// ErrNotFound.
+	ErrBreakerNotFound = &notFound{what: "breaker"}
 	// ErrUnavailable is returned when the database cannot be reached or the
 	// transaction could not be serialised after retries; the call may be
 	// retried.
@@ -59,3 +63,11 @@ func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
 // Invalid returns an *InvalidError.
 func Invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }
+
+// notFound is a kind of ErrNotFound that says what was not found.
+type notFound struct{ what string }
+
+func (e *notFound) Error() string { return e.what + " not found" }
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *notFound) Is(target error) bool { return target == ErrNotFound }

@@ -152,14 +152,17 @@ type AuditAction string
 
 // The audited actions.
 const (
-	AuditQueuePolicyUpdated AuditAction = "queue_policy_updated"
-	AuditQueuePaused        AuditAction = "queue_paused"
-	AuditQueueResumed       AuditAction = "queue_resumed"
-	AuditJobCancelled       AuditAction = "job_cancelled"
-	AuditDeadJobReplayed    AuditAction = "dead_job_replayed"
-	AuditDeadJobAbandoned   AuditAction = "dead_job_abandoned"
-	AuditAPIKeyCreated      AuditAction = "api_key_created"
-	AuditAPIKeyRevoked      AuditAction = "api_key_revoked"
+	AuditQueuePolicyUpdated   AuditAction = "queue_policy_updated"
+	AuditQueuePaused          AuditAction = "queue_paused"
+	AuditQueueResumed         AuditAction = "queue_resumed"
+	AuditJobCancelled         AuditAction = "job_cancelled"
+	AuditDeadJobReplayed      AuditAction = "dead_job_replayed"
+	AuditDeadJobAbandoned     AuditAction = "dead_job_abandoned"
+	AuditAPIKeyCreated        AuditAction = "api_key_created"
+	AuditAPIKeyRevoked        AuditAction = "api_key_revoked"
+	AuditBreakerReset         AuditAction = "breaker_reset"
+	AuditBreakerForcedOpen    AuditAction = "breaker_forced_open"
+	AuditBreakerPolicyUpdated AuditAction = "breaker_policy_updated"
 )
 
 // AuditEvent is one recorded operator action.

@@ -17,7 +17,7 @@ import (
 const (
 	breakerColumns = `tenant, dependency, state, detail, policy, last_event_seq, updated_at`
 
-	qListBreakers = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = $1 ORDER BY dependency`
+	qListBreakers = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = $1 ORDER BY dependency LIMIT 1000`
 
 	qGetBreaker = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = $1 AND dependency = $2`
 
@@ -246,7 +246,7 @@ func (s *Store) GetBreaker(ctx context.Context, tenant, dependency string) (*sto
 	}
 	b, err := scanBreaker(s.pool.QueryRow(ctx, qGetBreaker, tenant, dependency))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("breaker %q: %w", dependency, store.ErrNotFound)
+		return nil, fmt.Errorf("breaker %q: %w", dependency, store.ErrBreakerNotFound)
 	}
 	if err != nil {
 		return nil, s.readError(ctx, "get_breaker", err)
@@ -274,7 +274,7 @@ func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey
 		}
 		b, err := scanBreaker(tx.QueryRow(ctx, qLockBreaker, k.Tenant, k.Dependency))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("breaker %q: %w", k.Dependency, store.ErrNotFound)
+			return fmt.Errorf("breaker %q: %w", k.Dependency, store.ErrBreakerNotFound)
 		}
 		if err != nil {
 			return err

@@ -15,7 +15,7 @@ import (
 const (
 	breakerColumns = `tenant, dependency, state, detail, policy, last_event_seq, updated_at`
 
-	qListBreakers = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = ?1 ORDER BY dependency`
+	qListBreakers = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = ?1 ORDER BY dependency LIMIT 1000`
 
 	qGetBreaker = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = ?1 AND dependency = ?2`
 
@@ -151,7 +151,7 @@ func (s *Store) GetBreaker(ctx context.Context, tenant, dependency string) (*sto
 	err := s.read(ctx, "get_breaker", func(tx *preparedTx) error {
 		b, err := scanBreaker(tx.QueryRowContext(ctx, qGetBreaker, tenant, dependency))
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("breaker %q: %w", dependency, store.ErrNotFound)
+			return fmt.Errorf("breaker %q: %w", dependency, store.ErrBreakerNotFound)
 		}
 		out = b
 		return err
@@ -171,7 +171,7 @@ func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey
 			return err
 		}
 		if b == nil {
-			return fmt.Errorf("breaker %q: %w", k.Dependency, store.ErrNotFound)
+			return fmt.Errorf("breaker %q: %w", k.Dependency, store.ErrBreakerNotFound)
 		}
 		next, events := decide(*b, at)
 		first := next.EventSeq + 1
@@ -240,7 +240,7 @@ func (s *Store) ListBreakerEvents(ctx context.Context, p store.ListBreakerEvents
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM breakers WHERE tenant = ?1 AND dependency = ?2`, p.Tenant, p.Dependency).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("breaker %q: %w", p.Dependency, store.ErrNotFound)
+			return fmt.Errorf("breaker %q: %w", p.Dependency, store.ErrBreakerNotFound)
 		}
 		if err != nil {
 			return err

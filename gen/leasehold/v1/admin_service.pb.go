@@ -9,6 +9,7 @@ package leaseholdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1042,8 +1043,8 @@ func (x *ListBreakersResponse) GetBreakers() []*Breaker {
 	return nil
 }
 
-// ResetBreakerRequest names a breaker.
-type ResetBreakerRequest struct {
+// GetBreakerRequest names a breaker.
+type GetBreakerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The dependency.
 	Dependency    string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
@@ -1051,9 +1052,103 @@ type ResetBreakerRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *GetBreakerRequest) Reset() {
+	*x = GetBreakerRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBreakerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBreakerRequest) ProtoMessage() {}
+
+func (x *GetBreakerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBreakerRequest.ProtoReflect.Descriptor instead.
+func (*GetBreakerRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetBreakerRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+// GetBreakerResponse is the breaker.
+type GetBreakerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The breaker.
+	Breaker       *Breaker `protobuf:"bytes,1,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBreakerResponse) Reset() {
+	*x = GetBreakerResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBreakerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBreakerResponse) ProtoMessage() {}
+
+func (x *GetBreakerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBreakerResponse.ProtoReflect.Descriptor instead.
+func (*GetBreakerResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetBreakerResponse) GetBreaker() *Breaker {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
+// ResetBreakerRequest names a breaker.
+type ResetBreakerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Why (recorded in the event and the audit log; at most 1 KiB).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
 func (x *ResetBreakerRequest) Reset() {
 	*x = ResetBreakerRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1160,7 @@ func (x *ResetBreakerRequest) String() string {
 func (*ResetBreakerRequest) ProtoMessage() {}
 
 func (x *ResetBreakerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1173,7 @@ func (x *ResetBreakerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBreakerRequest.ProtoReflect.Descriptor instead.
 func (*ResetBreakerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResetBreakerRequest) GetDependency() string {
@@ -1086,6 +1181,326 @@ func (x *ResetBreakerRequest) GetDependency() string {
 		return x.Dependency
 	}
 	return ""
+}
+
+func (x *ResetBreakerRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ForceOpenBreakerRequest opens a breaker by hand.
+type ForceOpenBreakerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// How long it stays open before half-open probes, at most 7 days;
+	// unset or zero means until ResetBreaker.
+	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Why (recorded in the event and the audit log; at most 1 KiB).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceOpenBreakerRequest) Reset() {
+	*x = ForceOpenBreakerRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceOpenBreakerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceOpenBreakerRequest) ProtoMessage() {}
+
+func (x *ForceOpenBreakerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceOpenBreakerRequest.ProtoReflect.Descriptor instead.
+func (*ForceOpenBreakerRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ForceOpenBreakerRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *ForceOpenBreakerRequest) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *ForceOpenBreakerRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ForceOpenBreakerResponse is the breaker, open.
+type ForceOpenBreakerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The breaker, open.
+	Breaker       *Breaker `protobuf:"bytes,1,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForceOpenBreakerResponse) Reset() {
+	*x = ForceOpenBreakerResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceOpenBreakerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceOpenBreakerResponse) ProtoMessage() {}
+
+func (x *ForceOpenBreakerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceOpenBreakerResponse.ProtoReflect.Descriptor instead.
+func (*ForceOpenBreakerResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ForceOpenBreakerResponse) GetBreaker() *Breaker {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
+// UpdateBreakerPolicyRequest replaces a dependency's breaker policy.
+type UpdateBreakerPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy; policy.dependency names the breaker.
+	Policy        *BreakerPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBreakerPolicyRequest) Reset() {
+	*x = UpdateBreakerPolicyRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBreakerPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBreakerPolicyRequest) ProtoMessage() {}
+
+func (x *UpdateBreakerPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBreakerPolicyRequest.ProtoReflect.Descriptor instead.
+func (*UpdateBreakerPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *UpdateBreakerPolicyRequest) GetPolicy() *BreakerPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// UpdateBreakerPolicyResponse is the breaker with its new policy.
+type UpdateBreakerPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The breaker, its policy with defaults filled in.
+	Breaker       *Breaker `protobuf:"bytes,1,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBreakerPolicyResponse) Reset() {
+	*x = UpdateBreakerPolicyResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBreakerPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBreakerPolicyResponse) ProtoMessage() {}
+
+func (x *UpdateBreakerPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBreakerPolicyResponse.ProtoReflect.Descriptor instead.
+func (*UpdateBreakerPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UpdateBreakerPolicyResponse) GetBreaker() *Breaker {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
+// ListBreakerEventsRequest pages a breaker's events.
+type ListBreakerEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Only events with a greater sequence (0: from the first).
+	AfterSequence int64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakerEventsRequest) Reset() {
+	*x = ListBreakerEventsRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakerEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakerEventsRequest) ProtoMessage() {}
+
+func (x *ListBreakerEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakerEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListBreakerEventsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListBreakerEventsRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *ListBreakerEventsRequest) GetAfterSequence() int64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+func (x *ListBreakerEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// ListBreakerEventsResponse is one page of a breaker's events.
+type ListBreakerEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Events in sequence order; fewer than page_size means the end.
+	Events        []*BreakerEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakerEventsResponse) Reset() {
+	*x = ListBreakerEventsResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakerEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakerEventsResponse) ProtoMessage() {}
+
+func (x *ListBreakerEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakerEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListBreakerEventsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListBreakerEventsResponse) GetEvents() []*BreakerEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 // ResetBreakerResponse is the breaker after reset.
@@ -1099,7 +1514,7 @@ type ResetBreakerResponse struct {
 
 func (x *ResetBreakerResponse) Reset() {
 	*x = ResetBreakerResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1526,7 @@ func (x *ResetBreakerResponse) String() string {
 func (*ResetBreakerResponse) ProtoMessage() {}
 
 func (x *ResetBreakerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1539,7 @@ func (x *ResetBreakerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBreakerResponse.ProtoReflect.Descriptor instead.
 func (*ResetBreakerResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResetBreakerResponse) GetBreaker() *Breaker {
@@ -1143,7 +1558,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1570,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1583,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{31}
 }
 
 // ListWorkersResponse lists connected workers.
@@ -1182,7 +1597,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1609,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1622,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1240,7 +1655,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1667,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1680,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateApiKeyRequest) GetName() string {
@@ -1319,7 +1734,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1746,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1759,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateApiKeyResponse) GetPrincipal() *Principal {
@@ -1372,7 +1787,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1799,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1812,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListApiKeysRequest) GetIncludeRevoked() bool {
@@ -1418,7 +1833,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1845,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1858,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListApiKeysResponse) GetPrincipals() []*Principal {
@@ -1464,7 +1879,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1891,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1904,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RevokeApiKeyRequest) GetId() string {
@@ -1510,7 +1925,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1937,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1950,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeApiKeyResponse) GetPrincipal() *Principal {
@@ -1558,7 +1973,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1985,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1998,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -1613,7 +2028,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +2040,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +2053,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -1659,7 +2074,7 @@ var File_leasehold_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
-	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\x13\n" +
+	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\x13\n" +
 	"\x11ListQueuesRequest\"q\n" +
 	"\fQueueSummary\x121\n" +
 	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\x12.\n" +
@@ -1708,11 +2123,38 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\bdead_job\x18\x01 \x01(\v2\x15.leasehold.v1.DeadJobR\adeadJob\"\x15\n" +
 	"\x13ListBreakersRequest\"I\n" +
 	"\x14ListBreakersResponse\x121\n" +
-	"\bbreakers\x18\x01 \x03(\v2\x15.leasehold.v1.BreakerR\bbreakers\"5\n" +
+	"\bbreakers\x18\x01 \x03(\v2\x15.leasehold.v1.BreakerR\bbreakers\"3\n" +
+	"\x11GetBreakerRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\"E\n" +
+	"\x12GetBreakerResponse\x12/\n" +
+	"\abreaker\x18\x01 \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"M\n" +
 	"\x13ResetBreakerRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
-	"dependency\"G\n" +
+	"dependency\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x88\x01\n" +
+	"\x17ForceOpenBreakerRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x125\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"K\n" +
+	"\x18ForceOpenBreakerResponse\x12/\n" +
+	"\abreaker\x18\x01 \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"Q\n" +
+	"\x1aUpdateBreakerPolicyRequest\x123\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1b.leasehold.v1.BreakerPolicyR\x06policy\"N\n" +
+	"\x1bUpdateBreakerPolicyResponse\x12/\n" +
+	"\abreaker\x18\x01 \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"~\n" +
+	"\x18ListBreakerEventsRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12%\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"O\n" +
+	"\x19ListBreakerEventsResponse\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.leasehold.v1.BreakerEventR\x06events\"G\n" +
 	"\x14ResetBreakerResponse\x12/\n" +
 	"\abreaker\x18\x01 \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"\x14\n" +
 	"\x12ListWorkersRequest\"I\n" +
@@ -1743,8 +2185,7 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x17ListAuditEventsResponse\x120\n" +
 	"\x06events\x18\x01 \x03(\v2\x18.leasehold.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xf8\n" +
-	"\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xfe\r\n" +
 	"\fAdminService\x12O\n" +
 	"\n" +
 	"ListQueues\x12\x1f.leasehold.v1.ListQueuesRequest\x1a .leasehold.v1.ListQueuesResponse\x12I\n" +
@@ -1758,8 +2199,13 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"GetDeadJob\x12\x1f.leasehold.v1.GetDeadJobRequest\x1a .leasehold.v1.GetDeadJobResponse\x12X\n" +
 	"\rReplayDeadJob\x12\".leasehold.v1.ReplayDeadJobRequest\x1a#.leasehold.v1.ReplayDeadJobResponse\x12[\n" +
 	"\x0eAbandonDeadJob\x12#.leasehold.v1.AbandonDeadJobRequest\x1a$.leasehold.v1.AbandonDeadJobResponse\x12U\n" +
-	"\fListBreakers\x12!.leasehold.v1.ListBreakersRequest\x1a\".leasehold.v1.ListBreakersResponse\x12U\n" +
-	"\fResetBreaker\x12!.leasehold.v1.ResetBreakerRequest\x1a\".leasehold.v1.ResetBreakerResponse\x12R\n" +
+	"\fListBreakers\x12!.leasehold.v1.ListBreakersRequest\x1a\".leasehold.v1.ListBreakersResponse\x12O\n" +
+	"\n" +
+	"GetBreaker\x12\x1f.leasehold.v1.GetBreakerRequest\x1a .leasehold.v1.GetBreakerResponse\x12U\n" +
+	"\fResetBreaker\x12!.leasehold.v1.ResetBreakerRequest\x1a\".leasehold.v1.ResetBreakerResponse\x12a\n" +
+	"\x10ForceOpenBreaker\x12%.leasehold.v1.ForceOpenBreakerRequest\x1a&.leasehold.v1.ForceOpenBreakerResponse\x12j\n" +
+	"\x13UpdateBreakerPolicy\x12(.leasehold.v1.UpdateBreakerPolicyRequest\x1a).leasehold.v1.UpdateBreakerPolicyResponse\x12d\n" +
+	"\x11ListBreakerEvents\x12&.leasehold.v1.ListBreakerEventsRequest\x1a'.leasehold.v1.ListBreakerEventsResponse\x12R\n" +
 	"\vListWorkers\x12 .leasehold.v1.ListWorkersRequest\x1a!.leasehold.v1.ListWorkersResponse\x12U\n" +
 	"\fCreateApiKey\x12!.leasehold.v1.CreateApiKeyRequest\x1a\".leasehold.v1.CreateApiKeyResponse\x12R\n" +
 	"\vListApiKeys\x12 .leasehold.v1.ListApiKeysRequest\x1a!.leasehold.v1.ListApiKeysResponse\x12U\n" +
@@ -1778,109 +2224,134 @@ func file_leasehold_v1_admin_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_admin_service_proto_rawDescData
 }
 
-var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_leasehold_v1_admin_service_proto_goTypes = []any{
-	(*ListQueuesRequest)(nil),         // 0: leasehold.v1.ListQueuesRequest
-	(*QueueSummary)(nil),              // 1: leasehold.v1.QueueSummary
-	(*ListQueuesResponse)(nil),        // 2: leasehold.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),           // 3: leasehold.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),          // 4: leasehold.v1.GetQueueResponse
-	(*UpdateQueuePolicyRequest)(nil),  // 5: leasehold.v1.UpdateQueuePolicyRequest
-	(*UpdateQueuePolicyResponse)(nil), // 6: leasehold.v1.UpdateQueuePolicyResponse
-	(*PauseQueueRequest)(nil),         // 7: leasehold.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),        // 8: leasehold.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),        // 9: leasehold.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),       // 10: leasehold.v1.ResumeQueueResponse
-	(*ListDeadJobsRequest)(nil),       // 11: leasehold.v1.ListDeadJobsRequest
-	(*ListDeadJobsResponse)(nil),      // 12: leasehold.v1.ListDeadJobsResponse
-	(*GetDeadJobRequest)(nil),         // 13: leasehold.v1.GetDeadJobRequest
-	(*GetDeadJobResponse)(nil),        // 14: leasehold.v1.GetDeadJobResponse
-	(*ReplayDeadJobRequest)(nil),      // 15: leasehold.v1.ReplayDeadJobRequest
-	(*ReplayDeadJobResponse)(nil),     // 16: leasehold.v1.ReplayDeadJobResponse
-	(*AbandonDeadJobRequest)(nil),     // 17: leasehold.v1.AbandonDeadJobRequest
-	(*AbandonDeadJobResponse)(nil),    // 18: leasehold.v1.AbandonDeadJobResponse
-	(*ListBreakersRequest)(nil),       // 19: leasehold.v1.ListBreakersRequest
-	(*ListBreakersResponse)(nil),      // 20: leasehold.v1.ListBreakersResponse
-	(*ResetBreakerRequest)(nil),       // 21: leasehold.v1.ResetBreakerRequest
-	(*ResetBreakerResponse)(nil),      // 22: leasehold.v1.ResetBreakerResponse
-	(*ListWorkersRequest)(nil),        // 23: leasehold.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),       // 24: leasehold.v1.ListWorkersResponse
-	(*CreateApiKeyRequest)(nil),       // 25: leasehold.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),      // 26: leasehold.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),        // 27: leasehold.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),       // 28: leasehold.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),       // 29: leasehold.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),      // 30: leasehold.v1.RevokeApiKeyResponse
-	(*ListAuditEventsRequest)(nil),    // 31: leasehold.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),   // 32: leasehold.v1.ListAuditEventsResponse
-	(*QueuePolicy)(nil),               // 33: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),                // 34: leasehold.v1.QueueStats
-	(*DeadJob)(nil),                   // 35: leasehold.v1.DeadJob
-	(*Job)(nil),                       // 36: leasehold.v1.Job
-	(*Breaker)(nil),                   // 37: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),                // 38: leasehold.v1.WorkerInfo
-	(Role)(0),                         // 39: leasehold.v1.Role
-	(*Principal)(nil),                 // 40: leasehold.v1.Principal
-	(*AuditEvent)(nil),                // 41: leasehold.v1.AuditEvent
+	(*ListQueuesRequest)(nil),           // 0: leasehold.v1.ListQueuesRequest
+	(*QueueSummary)(nil),                // 1: leasehold.v1.QueueSummary
+	(*ListQueuesResponse)(nil),          // 2: leasehold.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),             // 3: leasehold.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),            // 4: leasehold.v1.GetQueueResponse
+	(*UpdateQueuePolicyRequest)(nil),    // 5: leasehold.v1.UpdateQueuePolicyRequest
+	(*UpdateQueuePolicyResponse)(nil),   // 6: leasehold.v1.UpdateQueuePolicyResponse
+	(*PauseQueueRequest)(nil),           // 7: leasehold.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),          // 8: leasehold.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),          // 9: leasehold.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),         // 10: leasehold.v1.ResumeQueueResponse
+	(*ListDeadJobsRequest)(nil),         // 11: leasehold.v1.ListDeadJobsRequest
+	(*ListDeadJobsResponse)(nil),        // 12: leasehold.v1.ListDeadJobsResponse
+	(*GetDeadJobRequest)(nil),           // 13: leasehold.v1.GetDeadJobRequest
+	(*GetDeadJobResponse)(nil),          // 14: leasehold.v1.GetDeadJobResponse
+	(*ReplayDeadJobRequest)(nil),        // 15: leasehold.v1.ReplayDeadJobRequest
+	(*ReplayDeadJobResponse)(nil),       // 16: leasehold.v1.ReplayDeadJobResponse
+	(*AbandonDeadJobRequest)(nil),       // 17: leasehold.v1.AbandonDeadJobRequest
+	(*AbandonDeadJobResponse)(nil),      // 18: leasehold.v1.AbandonDeadJobResponse
+	(*ListBreakersRequest)(nil),         // 19: leasehold.v1.ListBreakersRequest
+	(*ListBreakersResponse)(nil),        // 20: leasehold.v1.ListBreakersResponse
+	(*GetBreakerRequest)(nil),           // 21: leasehold.v1.GetBreakerRequest
+	(*GetBreakerResponse)(nil),          // 22: leasehold.v1.GetBreakerResponse
+	(*ResetBreakerRequest)(nil),         // 23: leasehold.v1.ResetBreakerRequest
+	(*ForceOpenBreakerRequest)(nil),     // 24: leasehold.v1.ForceOpenBreakerRequest
+	(*ForceOpenBreakerResponse)(nil),    // 25: leasehold.v1.ForceOpenBreakerResponse
+	(*UpdateBreakerPolicyRequest)(nil),  // 26: leasehold.v1.UpdateBreakerPolicyRequest
+	(*UpdateBreakerPolicyResponse)(nil), // 27: leasehold.v1.UpdateBreakerPolicyResponse
+	(*ListBreakerEventsRequest)(nil),    // 28: leasehold.v1.ListBreakerEventsRequest
+	(*ListBreakerEventsResponse)(nil),   // 29: leasehold.v1.ListBreakerEventsResponse
+	(*ResetBreakerResponse)(nil),        // 30: leasehold.v1.ResetBreakerResponse
+	(*ListWorkersRequest)(nil),          // 31: leasehold.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 32: leasehold.v1.ListWorkersResponse
+	(*CreateApiKeyRequest)(nil),         // 33: leasehold.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),        // 34: leasehold.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),          // 35: leasehold.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),         // 36: leasehold.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),         // 37: leasehold.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),        // 38: leasehold.v1.RevokeApiKeyResponse
+	(*ListAuditEventsRequest)(nil),      // 39: leasehold.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),     // 40: leasehold.v1.ListAuditEventsResponse
+	(*QueuePolicy)(nil),                 // 41: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),                  // 42: leasehold.v1.QueueStats
+	(*DeadJob)(nil),                     // 43: leasehold.v1.DeadJob
+	(*Job)(nil),                         // 44: leasehold.v1.Job
+	(*Breaker)(nil),                     // 45: leasehold.v1.Breaker
+	(*durationpb.Duration)(nil),         // 46: google.protobuf.Duration
+	(*BreakerPolicy)(nil),               // 47: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),                // 48: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),                  // 49: leasehold.v1.WorkerInfo
+	(Role)(0),                           // 50: leasehold.v1.Role
+	(*Principal)(nil),                   // 51: leasehold.v1.Principal
+	(*AuditEvent)(nil),                  // 52: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
-	33, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
-	34, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
+	41, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
+	42, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
 	1,  // 2: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
 	1,  // 3: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
-	33, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
-	33, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	33, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	33, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	35, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	35, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	36, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	35, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	37, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	37, // 13: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	38, // 14: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	39, // 15: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	40, // 16: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	40, // 17: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	40, // 18: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	41, // 19: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
-	0,  // 20: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 21: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 22: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 23: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 24: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 25: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 26: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 27: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 28: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 29: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 30: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	23, // 31: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	25, // 32: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
-	27, // 33: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
-	29, // 34: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
-	31, // 35: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	2,  // 36: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 37: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 38: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 39: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 40: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 41: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 42: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 43: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 44: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 45: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 46: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	24, // 47: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	26, // 48: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	28, // 49: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	30, // 50: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	32, // 51: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	41, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
+	41, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	41, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	41, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	43, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	43, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	44, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	43, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	45, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	45, // 13: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	46, // 14: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
+	45, // 15: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	47, // 16: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
+	45, // 17: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
+	48, // 18: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
+	45, // 19: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	49, // 20: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	50, // 21: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	51, // 22: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	51, // 23: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	51, // 24: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	52, // 25: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	0,  // 26: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	3,  // 27: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	5,  // 28: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	7,  // 29: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	9,  // 30: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	11, // 31: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	13, // 32: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	15, // 33: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	17, // 34: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	19, // 35: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	21, // 36: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
+	23, // 37: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	24, // 38: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
+	26, // 39: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
+	28, // 40: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
+	31, // 41: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	33, // 42: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	35, // 43: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	37, // 44: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	39, // 45: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	2,  // 46: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 47: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 48: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 49: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 50: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 51: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 52: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 53: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 54: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 55: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 56: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
+	30, // 57: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	25, // 58: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
+	27, // 59: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
+	29, // 60: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
+	32, // 61: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	34, // 62: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	36, // 63: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	38, // 64: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	40, // 65: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	46, // [46:66] is the sub-list for method output_type
+	26, // [26:46] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }
@@ -1896,7 +2367,7 @@ func file_leasehold_v1_admin_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_admin_service_proto_rawDesc), len(file_leasehold_v1_admin_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,22 +19,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListQueues_FullMethodName        = "/leasehold.v1.AdminService/ListQueues"
-	AdminService_GetQueue_FullMethodName          = "/leasehold.v1.AdminService/GetQueue"
-	AdminService_UpdateQueuePolicy_FullMethodName = "/leasehold.v1.AdminService/UpdateQueuePolicy"
-	AdminService_PauseQueue_FullMethodName        = "/leasehold.v1.AdminService/PauseQueue"
-	AdminService_ResumeQueue_FullMethodName       = "/leasehold.v1.AdminService/ResumeQueue"
-	AdminService_ListDeadJobs_FullMethodName      = "/leasehold.v1.AdminService/ListDeadJobs"
-	AdminService_GetDeadJob_FullMethodName        = "/leasehold.v1.AdminService/GetDeadJob"
-	AdminService_ReplayDeadJob_FullMethodName     = "/leasehold.v1.AdminService/ReplayDeadJob"
-	AdminService_AbandonDeadJob_FullMethodName    = "/leasehold.v1.AdminService/AbandonDeadJob"
-	AdminService_ListBreakers_FullMethodName      = "/leasehold.v1.AdminService/ListBreakers"
-	AdminService_ResetBreaker_FullMethodName      = "/leasehold.v1.AdminService/ResetBreaker"
-	AdminService_ListWorkers_FullMethodName       = "/leasehold.v1.AdminService/ListWorkers"
-	AdminService_CreateApiKey_FullMethodName      = "/leasehold.v1.AdminService/CreateApiKey"
-	AdminService_ListApiKeys_FullMethodName       = "/leasehold.v1.AdminService/ListApiKeys"
-	AdminService_RevokeApiKey_FullMethodName      = "/leasehold.v1.AdminService/RevokeApiKey"
-	AdminService_ListAuditEvents_FullMethodName   = "/leasehold.v1.AdminService/ListAuditEvents"
+	AdminService_ListQueues_FullMethodName          = "/leasehold.v1.AdminService/ListQueues"
+	AdminService_GetQueue_FullMethodName            = "/leasehold.v1.AdminService/GetQueue"
+	AdminService_UpdateQueuePolicy_FullMethodName   = "/leasehold.v1.AdminService/UpdateQueuePolicy"
+	AdminService_PauseQueue_FullMethodName          = "/leasehold.v1.AdminService/PauseQueue"
+	AdminService_ResumeQueue_FullMethodName         = "/leasehold.v1.AdminService/ResumeQueue"
+	AdminService_ListDeadJobs_FullMethodName        = "/leasehold.v1.AdminService/ListDeadJobs"
+	AdminService_GetDeadJob_FullMethodName          = "/leasehold.v1.AdminService/GetDeadJob"
+	AdminService_ReplayDeadJob_FullMethodName       = "/leasehold.v1.AdminService/ReplayDeadJob"
+	AdminService_AbandonDeadJob_FullMethodName      = "/leasehold.v1.AdminService/AbandonDeadJob"
+	AdminService_ListBreakers_FullMethodName        = "/leasehold.v1.AdminService/ListBreakers"
+	AdminService_GetBreaker_FullMethodName          = "/leasehold.v1.AdminService/GetBreaker"
+	AdminService_ResetBreaker_FullMethodName        = "/leasehold.v1.AdminService/ResetBreaker"
+	AdminService_ForceOpenBreaker_FullMethodName    = "/leasehold.v1.AdminService/ForceOpenBreaker"
+	AdminService_UpdateBreakerPolicy_FullMethodName = "/leasehold.v1.AdminService/UpdateBreakerPolicy"
+	AdminService_ListBreakerEvents_FullMethodName   = "/leasehold.v1.AdminService/ListBreakerEvents"
+	AdminService_ListWorkers_FullMethodName         = "/leasehold.v1.AdminService/ListWorkers"
+	AdminService_CreateApiKey_FullMethodName        = "/leasehold.v1.AdminService/CreateApiKey"
+	AdminService_ListApiKeys_FullMethodName         = "/leasehold.v1.AdminService/ListApiKeys"
+	AdminService_RevokeApiKey_FullMethodName        = "/leasehold.v1.AdminService/RevokeApiKey"
+	AdminService_ListAuditEvents_FullMethodName     = "/leasehold.v1.AdminService/ListAuditEvents"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -71,10 +75,27 @@ type AdminServiceClient interface {
 	// AbandonDeadJob marks a dead job as deliberately given up: it leaves the
 	// dead-letter listing and stays as evidence until retention prunes it.
 	AbandonDeadJob(ctx context.Context, in *AbandonDeadJobRequest, opts ...grpc.CallOption) (*AbandonDeadJobResponse, error)
-	// ListBreakers lists circuit breakers.
+	// ListBreakers lists the tenant's circuit breakers by dependency (at
+	// most 1000). A breaker appears when its dependency first reports or an
+	// operator acts on it.
 	ListBreakers(ctx context.Context, in *ListBreakersRequest, opts ...grpc.CallOption) (*ListBreakersResponse, error)
-	// ResetBreaker closes a breaker by hand.
+	// GetBreaker returns one breaker; NOT_FOUND, reason BREAKER_NOT_FOUND,
+	// when its dependency has none yet.
+	GetBreaker(ctx context.Context, in *GetBreakerRequest, opts ...grpc.CallOption) (*GetBreakerResponse, error)
+	// ResetBreaker closes a breaker by hand: its dependency's jobs are
+	// claimable again at once. NOT_FOUND, reason BREAKER_NOT_FOUND, when
+	// there is none. Recorded as a RESET event and in the audit log.
 	ResetBreaker(ctx context.Context, in *ResetBreakerRequest, opts ...grpc.CallOption) (*ResetBreakerResponse, error)
+	// ForceOpenBreaker opens a breaker by hand (a maintenance window), until
+	// reset or for a duration after which it probes as usual. Recorded as a
+	// FORCED_OPEN event and in the audit log.
+	ForceOpenBreaker(ctx context.Context, in *ForceOpenBreakerRequest, opts ...grpc.CallOption) (*ForceOpenBreakerResponse, error)
+	// UpdateBreakerPolicy stores a dependency's breaker policy after
+	// validating it; the breaker keeps its state. Recorded as a
+	// POLICY_UPDATED event and in the audit log.
+	UpdateBreakerPolicy(ctx context.Context, in *UpdateBreakerPolicyRequest, opts ...grpc.CallOption) (*UpdateBreakerPolicyResponse, error)
+	// ListBreakerEvents pages a breaker's transitions, oldest first.
+	ListBreakerEvents(ctx context.Context, in *ListBreakerEventsRequest, opts ...grpc.CallOption) (*ListBreakerEventsResponse, error)
 	// ListWorkers lists workers connected through Connect to this coordinator.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 	// CreateApiKey creates a principal of the caller's tenant: an API key
@@ -203,10 +224,50 @@ func (c *adminServiceClient) ListBreakers(ctx context.Context, in *ListBreakersR
 	return out, nil
 }
 
+func (c *adminServiceClient) GetBreaker(ctx context.Context, in *GetBreakerRequest, opts ...grpc.CallOption) (*GetBreakerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBreakerResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetBreaker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ResetBreaker(ctx context.Context, in *ResetBreakerRequest, opts ...grpc.CallOption) (*ResetBreakerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetBreakerResponse)
 	err := c.cc.Invoke(ctx, AdminService_ResetBreaker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ForceOpenBreaker(ctx context.Context, in *ForceOpenBreakerRequest, opts ...grpc.CallOption) (*ForceOpenBreakerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForceOpenBreakerResponse)
+	err := c.cc.Invoke(ctx, AdminService_ForceOpenBreaker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UpdateBreakerPolicy(ctx context.Context, in *UpdateBreakerPolicyRequest, opts ...grpc.CallOption) (*UpdateBreakerPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateBreakerPolicyResponse)
+	err := c.cc.Invoke(ctx, AdminService_UpdateBreakerPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListBreakerEvents(ctx context.Context, in *ListBreakerEventsRequest, opts ...grpc.CallOption) (*ListBreakerEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBreakerEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListBreakerEvents_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -297,10 +358,27 @@ type AdminServiceServer interface {
 	// AbandonDeadJob marks a dead job as deliberately given up: it leaves the
 	// dead-letter listing and stays as evidence until retention prunes it.
 	AbandonDeadJob(context.Context, *AbandonDeadJobRequest) (*AbandonDeadJobResponse, error)
-	// ListBreakers lists circuit breakers.
+	// ListBreakers lists the tenant's circuit breakers by dependency (at
+	// most 1000). A breaker appears when its dependency first reports or an
+	// operator acts on it.
 	ListBreakers(context.Context, *ListBreakersRequest) (*ListBreakersResponse, error)
-	// ResetBreaker closes a breaker by hand.
+	// GetBreaker returns one breaker; NOT_FOUND, reason BREAKER_NOT_FOUND,
+	// when its dependency has none yet.
+	GetBreaker(context.Context, *GetBreakerRequest) (*GetBreakerResponse, error)
+	// ResetBreaker closes a breaker by hand: its dependency's jobs are
+	// claimable again at once. NOT_FOUND, reason BREAKER_NOT_FOUND, when
+	// there is none. Recorded as a RESET event and in the audit log.
 	ResetBreaker(context.Context, *ResetBreakerRequest) (*ResetBreakerResponse, error)
+	// ForceOpenBreaker opens a breaker by hand (a maintenance window), until
+	// reset or for a duration after which it probes as usual. Recorded as a
+	// FORCED_OPEN event and in the audit log.
+	ForceOpenBreaker(context.Context, *ForceOpenBreakerRequest) (*ForceOpenBreakerResponse, error)
+	// UpdateBreakerPolicy stores a dependency's breaker policy after
+	// validating it; the breaker keeps its state. Recorded as a
+	// POLICY_UPDATED event and in the audit log.
+	UpdateBreakerPolicy(context.Context, *UpdateBreakerPolicyRequest) (*UpdateBreakerPolicyResponse, error)
+	// ListBreakerEvents pages a breaker's transitions, oldest first.
+	ListBreakerEvents(context.Context, *ListBreakerEventsRequest) (*ListBreakerEventsResponse, error)
 	// ListWorkers lists workers connected through Connect to this coordinator.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	// CreateApiKey creates a principal of the caller's tenant: an API key
@@ -359,8 +437,20 @@ func (UnimplementedAdminServiceServer) AbandonDeadJob(context.Context, *AbandonD
 func (UnimplementedAdminServiceServer) ListBreakers(context.Context, *ListBreakersRequest) (*ListBreakersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListBreakers not implemented")
 }
+func (UnimplementedAdminServiceServer) GetBreaker(context.Context, *GetBreakerRequest) (*GetBreakerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBreaker not implemented")
+}
 func (UnimplementedAdminServiceServer) ResetBreaker(context.Context, *ResetBreakerRequest) (*ResetBreakerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetBreaker not implemented")
+}
+func (UnimplementedAdminServiceServer) ForceOpenBreaker(context.Context, *ForceOpenBreakerRequest) (*ForceOpenBreakerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForceOpenBreaker not implemented")
+}
+func (UnimplementedAdminServiceServer) UpdateBreakerPolicy(context.Context, *UpdateBreakerPolicyRequest) (*UpdateBreakerPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateBreakerPolicy not implemented")
+}
+func (UnimplementedAdminServiceServer) ListBreakerEvents(context.Context, *ListBreakerEventsRequest) (*ListBreakerEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBreakerEvents not implemented")
 }
 func (UnimplementedAdminServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
@@ -578,6 +668,24 @@ func _AdminService_ListBreakers_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetBreaker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBreakerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetBreaker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetBreaker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetBreaker(ctx, req.(*GetBreakerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ResetBreaker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResetBreakerRequest)
 	if err := dec(in); err != nil {
@@ -592,6 +700,60 @@ func _AdminService_ResetBreaker_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).ResetBreaker(ctx, req.(*ResetBreakerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ForceOpenBreaker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForceOpenBreakerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ForceOpenBreaker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ForceOpenBreaker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ForceOpenBreaker(ctx, req.(*ForceOpenBreakerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UpdateBreakerPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateBreakerPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UpdateBreakerPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UpdateBreakerPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UpdateBreakerPolicy(ctx, req.(*UpdateBreakerPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListBreakerEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBreakerEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListBreakerEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListBreakerEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListBreakerEvents(ctx, req.(*ListBreakerEventsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -734,8 +896,24 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdminService_ListBreakers_Handler,
 		},
 		{
+			MethodName: "GetBreaker",
+			Handler:    _AdminService_GetBreaker_Handler,
+		},
+		{
 			MethodName: "ResetBreaker",
 			Handler:    _AdminService_ResetBreaker_Handler,
+		},
+		{
+			MethodName: "ForceOpenBreaker",
+			Handler:    _AdminService_ForceOpenBreaker_Handler,
+		},
+		{
+			MethodName: "UpdateBreakerPolicy",
+			Handler:    _AdminService_UpdateBreakerPolicy_Handler,
+		},
+		{
+			MethodName: "ListBreakerEvents",
+			Handler:    _AdminService_ListBreakerEvents_Handler,
 		},
 		{
 			MethodName: "ListWorkers",

@@ -114,31 +114,44 @@ const (
 	AuditAction_AUDIT_ACTION_API_KEY_CREATED AuditAction = 7
 	// AdminService.RevokeApiKey (target: the revoked principal's id).
 	AuditAction_AUDIT_ACTION_API_KEY_REVOKED AuditAction = 8
+	// AdminService.ResetBreaker (target: the dependency).
+	AuditAction_AUDIT_ACTION_BREAKER_RESET AuditAction = 9
+	// AdminService.ForceOpenBreaker (target: the dependency).
+	AuditAction_AUDIT_ACTION_BREAKER_FORCED_OPEN AuditAction = 10
+	// AdminService.UpdateBreakerPolicy (target: the dependency; data: the
+	// policy).
+	AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED AuditAction = 11
 )
 
 // Enum value maps for AuditAction.
 var (
 	AuditAction_name = map[int32]string{
-		0: "AUDIT_ACTION_UNSPECIFIED",
-		1: "AUDIT_ACTION_QUEUE_POLICY_UPDATED",
-		2: "AUDIT_ACTION_QUEUE_PAUSED",
-		3: "AUDIT_ACTION_QUEUE_RESUMED",
-		4: "AUDIT_ACTION_JOB_CANCELLED",
-		5: "AUDIT_ACTION_DEAD_JOB_REPLAYED",
-		6: "AUDIT_ACTION_DEAD_JOB_ABANDONED",
-		7: "AUDIT_ACTION_API_KEY_CREATED",
-		8: "AUDIT_ACTION_API_KEY_REVOKED",
+		0:  "AUDIT_ACTION_UNSPECIFIED",
+		1:  "AUDIT_ACTION_QUEUE_POLICY_UPDATED",
+		2:  "AUDIT_ACTION_QUEUE_PAUSED",
+		3:  "AUDIT_ACTION_QUEUE_RESUMED",
+		4:  "AUDIT_ACTION_JOB_CANCELLED",
+		5:  "AUDIT_ACTION_DEAD_JOB_REPLAYED",
+		6:  "AUDIT_ACTION_DEAD_JOB_ABANDONED",
+		7:  "AUDIT_ACTION_API_KEY_CREATED",
+		8:  "AUDIT_ACTION_API_KEY_REVOKED",
+		9:  "AUDIT_ACTION_BREAKER_RESET",
+		10: "AUDIT_ACTION_BREAKER_FORCED_OPEN",
+		11: "AUDIT_ACTION_BREAKER_POLICY_UPDATED",
 	}
 	AuditAction_value = map[string]int32{
-		"AUDIT_ACTION_UNSPECIFIED":          0,
-		"AUDIT_ACTION_QUEUE_POLICY_UPDATED": 1,
-		"AUDIT_ACTION_QUEUE_PAUSED":         2,
-		"AUDIT_ACTION_QUEUE_RESUMED":        3,
-		"AUDIT_ACTION_JOB_CANCELLED":        4,
-		"AUDIT_ACTION_DEAD_JOB_REPLAYED":    5,
-		"AUDIT_ACTION_DEAD_JOB_ABANDONED":   6,
-		"AUDIT_ACTION_API_KEY_CREATED":      7,
-		"AUDIT_ACTION_API_KEY_REVOKED":      8,
+		"AUDIT_ACTION_UNSPECIFIED":            0,
+		"AUDIT_ACTION_QUEUE_POLICY_UPDATED":   1,
+		"AUDIT_ACTION_QUEUE_PAUSED":           2,
+		"AUDIT_ACTION_QUEUE_RESUMED":          3,
+		"AUDIT_ACTION_JOB_CANCELLED":          4,
+		"AUDIT_ACTION_DEAD_JOB_REPLAYED":      5,
+		"AUDIT_ACTION_DEAD_JOB_ABANDONED":     6,
+		"AUDIT_ACTION_API_KEY_CREATED":        7,
+		"AUDIT_ACTION_API_KEY_REVOKED":        8,
+		"AUDIT_ACTION_BREAKER_RESET":          9,
+		"AUDIT_ACTION_BREAKER_FORCED_OPEN":    10,
+		"AUDIT_ACTION_BREAKER_POLICY_UPDATED": 11,
 	}
 )
 
@@ -449,7 +462,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xbe\x02\n" +
+	"ROLE_ADMIN\x10\x05*\xad\x03\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -459,7 +472,11 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x1eAUDIT_ACTION_DEAD_JOB_REPLAYED\x10\x05\x12#\n" +
 	"\x1fAUDIT_ACTION_DEAD_JOB_ABANDONED\x10\x06\x12 \n" +
 	"\x1cAUDIT_ACTION_API_KEY_CREATED\x10\a\x12 \n" +
-	"\x1cAUDIT_ACTION_API_KEY_REVOKED\x10\bB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x1cAUDIT_ACTION_API_KEY_REVOKED\x10\b\x12\x1e\n" +
+	"\x1aAUDIT_ACTION_BREAKER_RESET\x10\t\x12$\n" +
+	" AUDIT_ACTION_BREAKER_FORCED_OPEN\x10\n" +
+	"\x12'\n" +
+	"#AUDIT_ACTION_BREAKER_POLICY_UPDATED\x10\vB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once

@@ -385,6 +385,77 @@ func (BreakerState) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
+// BreakerEventType is the type of a breaker transition.
+type BreakerEventType int32
+
+const (
+	// Never set by the server.
+	BreakerEventType_BREAKER_EVENT_TYPE_UNSPECIFIED BreakerEventType = 0
+	// The breaker opened (data: reason "failure rate" with the counts, or
+	// "probe failed"; trips; next_probe_at).
+	BreakerEventType_BREAKER_EVENT_TYPE_OPENED BreakerEventType = 1
+	// The open delay ran out and a claim started probing (data: probes).
+	BreakerEventType_BREAKER_EVENT_TYPE_HALF_OPENED BreakerEventType = 2
+	// A probe succeeded and the breaker closed (data: job_id).
+	BreakerEventType_BREAKER_EVENT_TYPE_CLOSED BreakerEventType = 3
+	// An operator closed the breaker (ResetBreaker; data: actor, reason).
+	BreakerEventType_BREAKER_EVENT_TYPE_RESET BreakerEventType = 4
+	// An operator opened the breaker (ForceOpenBreaker; data: actor,
+	// reason, next_probe_at when timed).
+	BreakerEventType_BREAKER_EVENT_TYPE_FORCED_OPEN BreakerEventType = 5
+	// An operator replaced the policy (UpdateBreakerPolicy; data: actor).
+	BreakerEventType_BREAKER_EVENT_TYPE_POLICY_UPDATED BreakerEventType = 6
+)
+
+// Enum value maps for BreakerEventType.
+var (
+	BreakerEventType_name = map[int32]string{
+		0: "BREAKER_EVENT_TYPE_UNSPECIFIED",
+		1: "BREAKER_EVENT_TYPE_OPENED",
+		2: "BREAKER_EVENT_TYPE_HALF_OPENED",
+		3: "BREAKER_EVENT_TYPE_CLOSED",
+		4: "BREAKER_EVENT_TYPE_RESET",
+		5: "BREAKER_EVENT_TYPE_FORCED_OPEN",
+		6: "BREAKER_EVENT_TYPE_POLICY_UPDATED",
+	}
+	BreakerEventType_value = map[string]int32{
+		"BREAKER_EVENT_TYPE_UNSPECIFIED":    0,
+		"BREAKER_EVENT_TYPE_OPENED":         1,
+		"BREAKER_EVENT_TYPE_HALF_OPENED":    2,
+		"BREAKER_EVENT_TYPE_CLOSED":         3,
+		"BREAKER_EVENT_TYPE_RESET":          4,
+		"BREAKER_EVENT_TYPE_FORCED_OPEN":    5,
+		"BREAKER_EVENT_TYPE_POLICY_UPDATED": 6,
+	}
+)
+
+func (x BreakerEventType) Enum() *BreakerEventType {
+	p := new(BreakerEventType)
+	*p = x
+	return p
+}
+
+func (x BreakerEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BreakerEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+}
+
+func (BreakerEventType) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[5]
+}
+
+func (x BreakerEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BreakerEventType.Descriptor instead.
+func (BreakerEventType) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
 // WorkerTransport is how a worker talks to a coordinator.
 type WorkerTransport int32
 
@@ -425,11 +496,11 @@ func (x WorkerTransport) String() string {
 }
 
 func (WorkerTransport) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (WorkerTransport) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[5]
+	return &file_leasehold_v1_types_proto_enumTypes[6]
 }
 
 func (x WorkerTransport) Number() protoreflect.EnumNumber {
@@ -438,7 +509,7 @@ func (x WorkerTransport) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkerTransport.Descriptor instead.
 func (WorkerTransport) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // LeaseToken identifies one lease generation of one job: the fencing token.
@@ -1670,18 +1741,40 @@ func (x *QueueStats) GetPaused() bool {
 }
 
 // Breaker is a fleet-wide circuit breaker for one (tenant, dependency).
+// While it is open, no coordinator claims jobs of its dependency: they stay
+// QUEUED and spend no attempt; half-open lets the policy's probes through.
 type Breaker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The dependency name (Job.dependency).
 	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	// Current state.
 	State BreakerState `protobuf:"varint,2,opt,name=state,proto3,enum=leasehold.v1.BreakerState" json:"state,omitempty"`
-	// Failure rate over the breaker's window, in [0, 1].
+	// Failure rate over the breaker's window, in [0, 1] (0 when the window
+	// is empty; the window is emptied whenever the breaker opens or closes).
 	FailureRate float64 `protobuf:"fixed64,3,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
 	// When it last opened; unset when closed.
 	OpenedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
-	// When the next half-open probe is allowed; unset when closed.
-	NextProbeAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=next_probe_at,json=nextProbeAt,proto3" json:"next_probe_at,omitempty"`
+	// When an open breaker goes half-open and admits probes; unset when
+	// closed, half-open, or forced open until reset.
+	NextProbeAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=next_probe_at,json=nextProbeAt,proto3" json:"next_probe_at,omitempty"`
+	// Counted failures in the window.
+	WindowFailures int64 `protobuf:"varint,6,opt,name=window_failures,json=windowFailures,proto3" json:"window_failures,omitempty"`
+	// Outcomes (counted failures and successes) in the window.
+	WindowOutcomes int64 `protobuf:"varint,7,opt,name=window_outcomes,json=windowOutcomes,proto3" json:"window_outcomes,omitempty"`
+	// Openings since the breaker last closed: the back-off step of the next
+	// open delay.
+	Trips int32 `protobuf:"varint,8,opt,name=trips,proto3" json:"trips,omitempty"`
+	// Whether an operator opened it (ForceOpenBreaker).
+	Forced bool `protobuf:"varint,9,opt,name=forced,proto3" json:"forced,omitempty"`
+	// Probe jobs admitted in half-open that have not reported yet.
+	ProbesInFlight int32 `protobuf:"varint,10,opt,name=probes_in_flight,json=probesInFlight,proto3" json:"probes_in_flight,omitempty"`
+	// The policy in force (the default when none was stored).
+	Policy *BreakerPolicy `protobuf:"bytes,11,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Whether the policy was stored (UpdateBreakerPolicy) rather than the
+	// default.
+	PolicyStored bool `protobuf:"varint,12,opt,name=policy_stored,json=policyStored,proto3" json:"policy_stored,omitempty"`
+	// When the breaker last changed.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1751,6 +1844,294 @@ func (x *Breaker) GetNextProbeAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Breaker) GetWindowFailures() int64 {
+	if x != nil {
+		return x.WindowFailures
+	}
+	return 0
+}
+
+func (x *Breaker) GetWindowOutcomes() int64 {
+	if x != nil {
+		return x.WindowOutcomes
+	}
+	return 0
+}
+
+func (x *Breaker) GetTrips() int32 {
+	if x != nil {
+		return x.Trips
+	}
+	return 0
+}
+
+func (x *Breaker) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
+}
+
+func (x *Breaker) GetProbesInFlight() int32 {
+	if x != nil {
+		return x.ProbesInFlight
+	}
+	return 0
+}
+
+func (x *Breaker) GetPolicy() *BreakerPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *Breaker) GetPolicyStored() bool {
+	if x != nil {
+		return x.PolicyStored
+	}
+	return false
+}
+
+func (x *Breaker) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// BreakerPolicy says when the breaker of one dependency opens and how it
+// recovers. Unset fields take the defaults named on each.
+type BreakerPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency (Job.dependency); required.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Retry error codes that count as the dependency failing (e.g.
+	// "HTTP_503", "TIMEOUT"); empty means every code counts. Retries with
+	// other codes are the job's own failures and are not in the window.
+	// At most 64 codes.
+	CountedErrorCodes []string `protobuf:"bytes,2,rep,name=counted_error_codes,json=countedErrorCodes,proto3" json:"counted_error_codes,omitempty"`
+	// A count window: the last window_size outcomes, in [1, 1000]. Set this
+	// or window_duration, not both; default 20 when neither is set.
+	WindowSize int32 `protobuf:"varint,3,opt,name=window_size,json=windowSize,proto3" json:"window_size,omitempty"`
+	// A time window: the outcomes of the last window_duration, between 1s
+	// and 24h.
+	WindowDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=window_duration,json=windowDuration,proto3" json:"window_duration,omitempty"`
+	// Outcomes the window needs before its rate is judged, in [1, 10000]
+	// and at most window_size; default 10.
+	MinimumVolume int32 `protobuf:"varint,5,opt,name=minimum_volume,json=minimumVolume,proto3" json:"minimum_volume,omitempty"`
+	// The breaker opens when failures / outcomes reaches this, in (0, 1];
+	// default 0.5.
+	FailureRateThreshold float64 `protobuf:"fixed64,6,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
+	// The first open delay, between 1s and 7 days; default 30s. The n-th
+	// consecutive opening lasts
+	// min(max_open_duration, open_duration x backoff_multiplier^(n-1)).
+	OpenDuration *durationpb.Duration `protobuf:"bytes,7,opt,name=open_duration,json=openDuration,proto3" json:"open_duration,omitempty"`
+	// The cap of the open delay, at least open_duration and at most 7 days;
+	// default 10m.
+	MaxOpenDuration *durationpb.Duration `protobuf:"bytes,8,opt,name=max_open_duration,json=maxOpenDuration,proto3" json:"max_open_duration,omitempty"`
+	// The open delay's growth factor, in [1, 100]; default 2.
+	BackoffMultiplier float64 `protobuf:"fixed64,9,opt,name=backoff_multiplier,json=backoffMultiplier,proto3" json:"backoff_multiplier,omitempty"`
+	// Jobs half-open admits as probes, in [1, 100]; default 1. The first
+	// probe to report decides: a success closes the breaker, a counted
+	// failure re-opens it for the next, longer, delay.
+	HalfOpenProbes int32 `protobuf:"varint,10,opt,name=half_open_probes,json=halfOpenProbes,proto3" json:"half_open_probes,omitempty"`
+	// A probe that has not reported after this long frees its slot (its
+	// worker crashed or released it), between 1s and 24h; default 5m.
+	ProbeTimeout  *durationpb.Duration `protobuf:"bytes,11,opt,name=probe_timeout,json=probeTimeout,proto3" json:"probe_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakerPolicy) Reset() {
+	*x = BreakerPolicy{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakerPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakerPolicy) ProtoMessage() {}
+
+func (x *BreakerPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakerPolicy.ProtoReflect.Descriptor instead.
+func (*BreakerPolicy) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BreakerPolicy) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *BreakerPolicy) GetCountedErrorCodes() []string {
+	if x != nil {
+		return x.CountedErrorCodes
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetWindowSize() int32 {
+	if x != nil {
+		return x.WindowSize
+	}
+	return 0
+}
+
+func (x *BreakerPolicy) GetWindowDuration() *durationpb.Duration {
+	if x != nil {
+		return x.WindowDuration
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetMinimumVolume() int32 {
+	if x != nil {
+		return x.MinimumVolume
+	}
+	return 0
+}
+
+func (x *BreakerPolicy) GetFailureRateThreshold() float64 {
+	if x != nil {
+		return x.FailureRateThreshold
+	}
+	return 0
+}
+
+func (x *BreakerPolicy) GetOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.OpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetMaxOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.MaxOpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerPolicy) GetBackoffMultiplier() float64 {
+	if x != nil {
+		return x.BackoffMultiplier
+	}
+	return 0
+}
+
+func (x *BreakerPolicy) GetHalfOpenProbes() int32 {
+	if x != nil {
+		return x.HalfOpenProbes
+	}
+	return 0
+}
+
+func (x *BreakerPolicy) GetProbeTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ProbeTimeout
+	}
+	return nil
+}
+
+// BreakerEvent is one recorded breaker transition.
+type BreakerEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The breaker's dependency.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Gapless per breaker, from 1.
+	Sequence int64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// What happened.
+	Type BreakerEventType `protobuf:"varint,3,opt,name=type,proto3,enum=leasehold.v1.BreakerEventType" json:"type,omitempty"`
+	// When.
+	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// Details as a JSON object.
+	Data          string `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakerEvent) Reset() {
+	*x = BreakerEvent{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakerEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakerEvent) ProtoMessage() {}
+
+func (x *BreakerEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakerEvent.ProtoReflect.Descriptor instead.
+func (*BreakerEvent) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BreakerEvent) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *BreakerEvent) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *BreakerEvent) GetType() BreakerEventType {
+	if x != nil {
+		return x.Type
+	}
+	return BreakerEventType_BREAKER_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *BreakerEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *BreakerEvent) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
 // WorkerInfo describes a worker: one connected through WorkerService.Connect,
 // or one seen recently through the unary calls only.
 type WorkerInfo struct {
@@ -1783,7 +2164,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2176,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2189,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -2007,7 +2388,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\x03R\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\x03R\tcancelled\x12\x12\n" +
 	"\x04dead\x18\b \x01(\x03R\x04dead\x12\x16\n" +
-	"\x06paused\x18\t \x01(\bR\x06paused\"\xf7\x01\n" +
+	"\x06paused\x18\t \x01(\bR\x06paused\"\xb6\x04\n" +
 	"\aBreaker\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -2015,7 +2396,41 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.leasehold.v1.BreakerStateR\x05state\x12!\n" +
 	"\ffailure_rate\x18\x03 \x01(\x01R\vfailureRate\x127\n" +
 	"\topened_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x12>\n" +
-	"\rnext_probe_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\"\xee\x03\n" +
+	"\rnext_probe_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\x12'\n" +
+	"\x0fwindow_failures\x18\x06 \x01(\x03R\x0ewindowFailures\x12'\n" +
+	"\x0fwindow_outcomes\x18\a \x01(\x03R\x0ewindowOutcomes\x12\x14\n" +
+	"\x05trips\x18\b \x01(\x05R\x05trips\x12\x16\n" +
+	"\x06forced\x18\t \x01(\bR\x06forced\x12(\n" +
+	"\x10probes_in_flight\x18\n" +
+	" \x01(\x05R\x0eprobesInFlight\x123\n" +
+	"\x06policy\x18\v \x01(\v2\x1b.leasehold.v1.BreakerPolicyR\x06policy\x12#\n" +
+	"\rpolicy_stored\x18\f \x01(\bR\fpolicyStored\x129\n" +
+	"\n" +
+	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xc1\x04\n" +
+	"\rBreakerPolicy\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12.\n" +
+	"\x13counted_error_codes\x18\x02 \x03(\tR\x11countedErrorCodes\x12\x1f\n" +
+	"\vwindow_size\x18\x03 \x01(\x05R\n" +
+	"windowSize\x12B\n" +
+	"\x0fwindow_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0ewindowDuration\x12%\n" +
+	"\x0eminimum_volume\x18\x05 \x01(\x05R\rminimumVolume\x124\n" +
+	"\x16failure_rate_threshold\x18\x06 \x01(\x01R\x14failureRateThreshold\x12>\n" +
+	"\ropen_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\fopenDuration\x12E\n" +
+	"\x11max_open_duration\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0fmaxOpenDuration\x12-\n" +
+	"\x12backoff_multiplier\x18\t \x01(\x01R\x11backoffMultiplier\x12(\n" +
+	"\x10half_open_probes\x18\n" +
+	" \x01(\x05R\x0ehalfOpenProbes\x12>\n" +
+	"\rprobe_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\fprobeTimeout\"\xc2\x01\n" +
+	"\fBreakerEvent\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x03R\bsequence\x122\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x1e.leasehold.v1.BreakerEventTypeR\x04type\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\tR\x04data\"\xee\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -2075,7 +2490,15 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
 	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
-	"\x17BREAKER_STATE_HALF_OPEN\x10\x03*l\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x03*\x81\x02\n" +
+	"\x10BreakerEventType\x12\"\n" +
+	"\x1eBREAKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19BREAKER_EVENT_TYPE_OPENED\x10\x01\x12\"\n" +
+	"\x1eBREAKER_EVENT_TYPE_HALF_OPENED\x10\x02\x12\x1d\n" +
+	"\x19BREAKER_EVENT_TYPE_CLOSED\x10\x03\x12\x1c\n" +
+	"\x18BREAKER_EVENT_TYPE_RESET\x10\x04\x12\"\n" +
+	"\x1eBREAKER_EVENT_TYPE_FORCED_OPEN\x10\x05\x12%\n" +
+	"!BREAKER_EVENT_TYPE_POLICY_UPDATED\x10\x06*l\n" +
 	"\x0fWorkerTransport\x12 \n" +
 	"\x1cWORKER_TRANSPORT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKER_TRANSPORT_STREAM\x10\x01\x12\x1a\n" +
@@ -2093,74 +2516,85 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
 	(EventType)(0),                // 1: leasehold.v1.EventType
 	(EffectStatus)(0),             // 2: leasehold.v1.EffectStatus
 	(AttemptOutcome)(0),           // 3: leasehold.v1.AttemptOutcome
 	(BreakerState)(0),             // 4: leasehold.v1.BreakerState
-	(WorkerTransport)(0),          // 5: leasehold.v1.WorkerTransport
-	(*LeaseToken)(nil),            // 6: leasehold.v1.LeaseToken
-	(*LeaseInfo)(nil),             // 7: leasehold.v1.LeaseInfo
-	(*JobError)(nil),              // 8: leasehold.v1.JobError
-	(*Job)(nil),                   // 9: leasehold.v1.Job
-	(*Event)(nil),                 // 10: leasehold.v1.Event
-	(*Checkpoint)(nil),            // 11: leasehold.v1.Checkpoint
-	(*Effect)(nil),                // 12: leasehold.v1.Effect
-	(*Attempt)(nil),               // 13: leasehold.v1.Attempt
-	(*DeadJob)(nil),               // 14: leasehold.v1.DeadJob
-	(*RetryPolicy)(nil),           // 15: leasehold.v1.RetryPolicy
-	(*QueuePolicy)(nil),           // 16: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),            // 17: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 18: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),            // 19: leasehold.v1.WorkerInfo
-	nil,                           // 20: leasehold.v1.Job.MetadataEntry
-	nil,                           // 21: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(BreakerEventType)(0),         // 5: leasehold.v1.BreakerEventType
+	(WorkerTransport)(0),          // 6: leasehold.v1.WorkerTransport
+	(*LeaseToken)(nil),            // 7: leasehold.v1.LeaseToken
+	(*LeaseInfo)(nil),             // 8: leasehold.v1.LeaseInfo
+	(*JobError)(nil),              // 9: leasehold.v1.JobError
+	(*Job)(nil),                   // 10: leasehold.v1.Job
+	(*Event)(nil),                 // 11: leasehold.v1.Event
+	(*Checkpoint)(nil),            // 12: leasehold.v1.Checkpoint
+	(*Effect)(nil),                // 13: leasehold.v1.Effect
+	(*Attempt)(nil),               // 14: leasehold.v1.Attempt
+	(*DeadJob)(nil),               // 15: leasehold.v1.DeadJob
+	(*RetryPolicy)(nil),           // 16: leasehold.v1.RetryPolicy
+	(*QueuePolicy)(nil),           // 17: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),            // 18: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 19: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),         // 20: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),          // 21: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),            // 22: leasehold.v1.WorkerInfo
+	nil,                           // 23: leasehold.v1.Job.MetadataEntry
+	nil,                           // 24: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	22, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	25, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
 	0,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	7,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	22, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	22, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	22, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
-	11, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	22, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	8,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
+	25, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	25, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	25, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
+	12, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
+	25, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
 	1,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	22, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	22, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	25, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	25, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	22, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	22, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	22, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	22, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	25, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	25, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	3,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
-	8,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
-	9,  // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
-	13, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	23, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	23, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	23, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
-	15, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	23, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	9,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
+	10, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
+	14, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
+	26, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	26, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	26, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	16, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
+	26, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
 	4,  // 27: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	22, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	22, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	21, // 30: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	22, // 31: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	5,  // 32: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	22, // 33: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	25, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	25, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	20, // 30: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	25, // 31: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 32: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	26, // 33: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	26, // 34: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	26, // 35: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	5,  // 36: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	25, // 37: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	24, // 38: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	25, // 39: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	6,  // 40: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	25, // 41: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -2174,8 +2608,8 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   16,
+			NumEnums:      7,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
