@@ -27,7 +27,10 @@ func TestValidateBreakerRequests(t *testing.T) {
 		name, field string
 		check       func() error
 	}{
-		{"no policy", "policy", func() error { _, err := testValidator.UpdateBreakerPolicy(&leaseholdv1.UpdateBreakerPolicyRequest{}); return err }},
+		{"no policy", "policy", func() error {
+			_, err := testValidator.UpdateBreakerPolicy(&leaseholdv1.UpdateBreakerPolicyRequest{})
+			return err
+		}},
 		{"no dependency", "policy.dependency", func() error {
 			_, err := testValidator.UpdateBreakerPolicy(pol(func(p *leaseholdv1.BreakerPolicy) { p.Dependency = "" }))
 			return err
@@ -81,7 +84,10 @@ func TestValidateBreakerRequests(t *testing.T) {
 			_, err := testValidator.ResetBreaker(&leaseholdv1.ResetBreakerRequest{Dependency: "d", Reason: strings.Repeat("x", 2000)})
 			return err
 		}},
-		{"get with a bad name", "dependency", func() error { _, err := testValidator.GetBreaker(&leaseholdv1.GetBreakerRequest{Dependency: "a b"}); return err }},
+		{"get with a bad name", "dependency", func() error {
+			_, err := testValidator.GetBreaker(&leaseholdv1.GetBreakerRequest{Dependency: "a b"})
+			return err
+		}},
 		{"force-open for 8 days", "duration", func() error {
 			_, err := testValidator.ForceOpenBreaker(&leaseholdv1.ForceOpenBreakerRequest{Dependency: "d", Duration: durationpb.New(8 * 24 * time.Hour)})
 			return err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -49,12 +50,15 @@ func TestPausedQueuesHandOutNothingUntilResumed(t *testing.T) {
 			t.Fatalf("ListBreakers = %v, %v; want an empty list", breakers, err)
 		}
 		_, err = c.admin.ResetBreaker(ctx, &leaseholdv1.ResetBreakerRequest{Dependency: "payments-api"})
-		wantReason(t, err, codes.Unimplemented, coordinator.ReasonUnimplemented)
+		wantReason(t, err, codes.NotFound, coordinator.ReasonBreakerNotFound)
+		_, err = c.admin.UpdateBreakerPolicy(ctx, &leaseholdv1.UpdateBreakerPolicyRequest{Policy: &leaseholdv1.BreakerPolicy{
+			Dependency: "payments-api", FailureRateThreshold: 1.5}})
+		wantReason(t, err, codes.InvalidArgument, coordinator.ReasonInvalidArgument)
 
 		v, err := c.workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
 		wantEngine := map[bool]string{false: "sqlite", true: "postgres"}[pg]
-		if err != nil || v.GetStoreEngine() != wantEngine || v.GetServerTime() == nil {
-			t.Fatalf("GetVersion = %v, %v", v, err)
+		if err != nil || v.GetStoreEngine() != wantEngine || v.GetServerTime() == nil || !slices.Contains(v.GetCapabilities(), "circuit_breakers") {
+			t.Fatalf("GetVersion = %v, %v; want the circuit_breakers capability", v, err)
 		}
 	})
 }

@@ -9,6 +9,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -120,15 +123,78 @@ func (c *Client) ListBreakers(ctx context.Context) ([]*leaseholdv1.Breaker, erro
 	return resp.GetBreakers(), nil
 }
 
-// ResetBreaker closes a dependency's breaker by hand and returns it. A
-// coordinator without circuit breakers answers UNIMPLEMENTED.
-func (c *Client) ResetBreaker(ctx context.Context, dependency string) (*leaseholdv1.Breaker, error) {
-	resp, err := c.admin.ResetBreaker(ctx, &leaseholdv1.ResetBreakerRequest{Dependency: dependency})
+// GetBreaker returns a dependency's breaker: its state, the counts in its
+// window, when it opened and when it next probes, and its policy. NOT_FOUND
+// (reason BREAKER_NOT_FOUND) when nothing has reported on the dependency
+// and no operator has acted on it.
+func (c *Client) GetBreaker(ctx context.Context, dependency string) (*leaseholdv1.Breaker, error) {
+	resp, err := c.admin.GetBreaker(ctx, &leaseholdv1.GetBreakerRequest{Dependency: dependency})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: get breaker %q: %w", dependency, err)
+	}
+	return resp.GetBreaker(), nil
+}
+
+// ResetBreaker closes a dependency's breaker by hand and returns it: the
+// dependency's held jobs are claimable again at once. reason is recorded
+// in the breaker's events and the audit log.
+func (c *Client) ResetBreaker(ctx context.Context, dependency, reason string) (*leaseholdv1.Breaker, error) {
+	resp, err := c.admin.ResetBreaker(ctx, &leaseholdv1.ResetBreakerRequest{Dependency: dependency, Reason: reason})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: reset breaker %q: %w", dependency, err)
 	}
 	return resp.GetBreaker(), nil
 }
+
+// ForceOpenBreaker opens a dependency's breaker by hand (a maintenance
+// window): no coordinator claims its jobs until ResetBreaker, or, when d
+// is positive, until d has passed and half-open probes succeed.
+func (c *Client) ForceOpenBreaker(ctx context.Context, dependency string, d time.Duration, reason string) (*leaseholdv1.Breaker, error) {
+	req := &leaseholdv1.ForceOpenBreakerRequest{Dependency: dependency, Reason: reason}
+	if d > 0 {
+		req.Duration = durationpb.New(d)
+	}
+	resp, err := c.admin.ForceOpenBreaker(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: force open breaker %q: %w", dependency, err)
+	}
+	return resp.GetBreaker(), nil
+}
+
+// UpdateBreakerPolicy stores a dependency's breaker policy (unset fields
+// take the defaults) and returns the breaker with it.
+func (c *Client) UpdateBreakerPolicy(ctx context.Context, policy *leaseholdv1.BreakerPolicy) (*leaseholdv1.Breaker, error) {
+	resp, err := c.admin.UpdateBreakerPolicy(ctx, &leaseholdv1.UpdateBreakerPolicyRequest{Policy: policy})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: update breaker policy %q: %w", policy.GetDependency(), err)
+	}
+	return resp.GetBreaker(), nil
+}
+
+// BreakerEvents returns every transition of a dependency's breaker, oldest
+// first, paging through ListBreakerEvents.
+func (c *Client) BreakerEvents(ctx context.Context, dependency string) ([]*leaseholdv1.BreakerEvent, error) {
+	var (
+		out   []*leaseholdv1.BreakerEvent
+		after int64
+	)
+	for {
+		resp, err := c.admin.ListBreakerEvents(ctx, &leaseholdv1.ListBreakerEventsRequest{
+			Dependency: dependency, AfterSequence: after, PageSize: breakerEventPage,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("leasehold: breaker events of %q: %w", dependency, err)
+		}
+		out = append(out, resp.GetEvents()...)
+		if len(resp.GetEvents()) < breakerEventPage {
+			return out, nil
+		}
+		after = resp.GetEvents()[len(resp.GetEvents())-1].GetSequence()
+	}
+}
+
+// breakerEventPage is the page size BreakerEvents asks for.
+const breakerEventPage = 500
 
 // ListWorkers returns the workers connected through WorkerService.Connect
 // to the coordinator that answers (not to every coordinator sharing its

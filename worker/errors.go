@@ -99,6 +99,20 @@ func NonRetryable(err error) error {
 
 // WithCode attaches a short machine-readable code (e.g. "HTTP_503") to err.
 // Queue policies classify retries by code, and operators filter by it.
+//
+// It is also how a handler tells the coordinator that a job's dependency
+// (JobSpec.dependency) is failing: a retry whose code is among the
+// dependency's breaker policy's counted_error_codes (every code, when the
+// policy lists none) counts as a failure of that dependency, and enough of
+// them across the fleet open its circuit breaker, holding the
+// dependency's other jobs back instead of burning their attempts:
+//
+//	if resp.StatusCode == http.StatusServiceUnavailable {
+//		return nil, worker.WithCode("HTTP_503", fmt.Errorf("payment provider: %s", resp.Status))
+//	}
+//
+// Use a code the policy does not count for failures that are the job's
+// own (a declined card, bad input), so that they never open the breaker.
 func WithCode(code string, err error) error {
 	return &codedError{code: code, err: err}
 }

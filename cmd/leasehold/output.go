@@ -459,3 +459,15 @@ func formatLabels(labels map[string]string) string {
 	}
 	return strings.Join(pairs, ",")
 }
+
+// breakerEventHeader and breakerEventRow are the columns of `breaker events`.
+var breakerEventHeader = []string{"SEQ", "TIME", "TYPE", "DATA"}
+
+func breakerEventRow(e *leaseholdv1.BreakerEvent) []string {
+	return []string{
+		strconv.FormatInt(e.GetSequence(), 10),
+		formatTime(e.GetTime()),
+		strings.TrimPrefix(e.GetType().String(), "BREAKER_EVENT_TYPE_"),
+		e.GetData(),
+	}
+}

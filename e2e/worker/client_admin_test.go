@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -106,8 +107,25 @@ func TestClientAdmin(t *testing.T) {
 		if b, err := h.client.ListBreakers(ctx); err != nil || len(b) != 0 {
 			t.Fatalf("ListBreakers: %v %v", b, err)
 		}
-		if _, err := h.client.ResetBreaker(ctx, "payments"); status.Code(err) != codes.Unimplemented {
-			t.Fatalf("ResetBreaker: %v, want UNIMPLEMENTED in this version", err)
+		if _, err := h.client.ResetBreaker(ctx, "payments", ""); status.Code(err) != codes.NotFound {
+			t.Fatalf("ResetBreaker of a dependency with no breaker: %v, want NOT_FOUND", err)
+		}
+		opened, err := h.client.ForceOpenBreaker(ctx, "payments", time.Minute, "maintenance")
+		if err != nil || opened.GetState() != leaseholdv1.BreakerState_BREAKER_STATE_OPEN || opened.GetNextProbeAt() == nil {
+			t.Fatalf("ForceOpenBreaker: %v %v", opened, err)
+		}
+		if b, err := h.client.UpdateBreakerPolicy(ctx, &leaseholdv1.BreakerPolicy{Dependency: "payments", HalfOpenProbes: 2}); err != nil ||
+			b.GetPolicy().GetHalfOpenProbes() != 2 || b.GetState() != leaseholdv1.BreakerState_BREAKER_STATE_OPEN {
+			t.Fatalf("UpdateBreakerPolicy: %v %v", b, err)
+		}
+		if b, err := h.client.GetBreaker(ctx, "payments"); err != nil || !b.GetForced() {
+			t.Fatalf("GetBreaker: %v %v", b, err)
+		}
+		if b, err := h.client.ResetBreaker(ctx, "payments", "done"); err != nil || b.GetState() != leaseholdv1.BreakerState_BREAKER_STATE_CLOSED {
+			t.Fatalf("ResetBreaker: %v %v", b, err)
+		}
+		if evs, err := h.client.BreakerEvents(ctx, "payments"); err != nil || len(evs) != 3 {
+			t.Fatalf("BreakerEvents: %v %v; want forced_open, policy_updated, reset", evs, err)
 		}
 		if _, err := h.client.ListWorkers(ctx); err != nil {
 			t.Fatalf("ListWorkers: %v", err)
