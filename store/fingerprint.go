@@ -64,5 +64,10 @@ func Fingerprint(s JobSpec) string {
 	writeInt(int64(s.RunAfter))
 	writeInt(int64(s.MaxAttempts))
 	writeBytes([]byte(s.Dependency))
+	// Appended only when set, so that requests made before concurrency
+	// keys existed keep their fingerprints.
+	if s.ConcurrencyKey != "" {
+		writeBytes([]byte(s.ConcurrencyKey))
+	}
 	return fingerprintVersion + ":" + hex.EncodeToString(h.Sum(nil))
 }

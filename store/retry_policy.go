@@ -75,6 +75,17 @@ func (p QueuePolicy) Validate() error {
 	if p.ConcurrencyLimit < 0 || p.ConcurrencyLimit > 1_000_000 {
 		return Invalid("policy.concurrency_limit", "must be in [0, 1000000]")
 	}
+	if p.KeyConcurrencyLimit < 0 || p.KeyConcurrencyLimit > 1_000_000 {
+		return Invalid("policy.key_concurrency_limit", "must be in [0, 1000000]")
+	}
+	switch r := p.RateLimit; {
+	case r.Starts < 0 || r.Starts > 1_000_000:
+		return Invalid("policy.rate_limit.starts", "must be in [0, 1000000]")
+	case r.Starts == 0 && (r.Interval != 0 || r.PerKey):
+		return Invalid("policy.rate_limit.starts", "must be set with interval and per_key")
+	case r.Starts > 0 && (r.Interval < time.Second || r.Interval > 24*time.Hour):
+		return Invalid("policy.rate_limit.interval", "must be between 1s and 24h")
+	}
 	return nil
 }
 

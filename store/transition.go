@@ -267,6 +267,7 @@ func DecideCreate(policy QueuePolicy, tenant, id string, spec JobSpec, now time.
 		Tenant: tenant, ID: id, Queue: spec.Queue, Kind: spec.Kind, Payload: spec.Payload,
 		Metadata: spec.Metadata, Priority: spec.Priority, State: JobStateQueued,
 		MaxAttempts: spec.MaxAttempts, CreatedAt: now, AvailableAt: now, Dependency: spec.Dependency,
+		ConcurrencyKey: spec.ConcurrencyKey,
 	}
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = policy.Retry.MaxAttempts

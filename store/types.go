@@ -101,6 +101,9 @@ type Job struct {
 	Result          []byte
 	ReplayOf        string
 	Dependency      string
+	// ConcurrencyKey groups jobs for the queue's per-key limits (a
+	// customer id, say); empty: the job is in no group.
+	ConcurrencyKey string
 
 	// Checkpoint is the latest checkpoint, or nil.
 	Checkpoint *Checkpoint
@@ -208,7 +211,24 @@ type QueuePolicy struct {
 	MaxLeaseDuration time.Duration
 	// ConcurrencyLimit caps leased jobs of the queue fleet-wide; 0 = none.
 	ConcurrencyLimit int32
-	Paused           bool
+	// KeyConcurrencyLimit caps leased jobs of each concurrency key of the
+	// queue fleet-wide; 0 = none. Jobs with no key are not limited by it.
+	KeyConcurrencyLimit int32
+	// RateLimit caps how many of the queue's jobs start (are leased) per
+	// interval, fleet-wide.
+	RateLimit RateLimit
+	Paused    bool
+}
+
+// RateLimit is at most Starts leases per Interval, counted in fixed
+// windows of Interval: over any span T at most Starts × (T/Interval + 1)
+// start. Starts = 0 means no limit.
+type RateLimit struct {
+	Starts   int32
+	Interval time.Duration
+	// PerKey counts each concurrency key on its own (jobs with no key are
+	// not limited); otherwise the queue as a whole.
+	PerKey bool
 }
 
 // LeaseFor is the lease a claim or renewal asking for d gets in the queue:
@@ -280,6 +300,8 @@ type JobSpec struct {
 	// MaxAttempts overrides the queue policy; 0 means the queue's.
 	MaxAttempts int32
 	Dependency  string
+	// ConcurrencyKey groups the job for the queue's per-key limits.
+	ConcurrencyKey string
 }
 
 // CreateRequest is one job to create.

@@ -76,6 +76,9 @@ func ValidateSpec(field string, s JobSpec) error {
 	if s.Dependency != "" && !ValidName(s.Dependency) {
 		return Invalid(field+".dependency", nameRule)
 	}
+	if err := checkText(field+".concurrency_key", s.ConcurrencyKey, NameMaxLen, false); err != nil {
+		return err
+	}
 	if len(s.Payload) > PayloadMaxBytes {
 		return Invalid(field+".payload", fmt.Sprintf("must be at most %d bytes", PayloadMaxBytes))
 	}

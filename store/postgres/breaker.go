@@ -174,14 +174,19 @@ func (s *Store) claimProbes(ctx context.Context, p store.ClaimManyParams, queues
 			}
 			admit, next, events := store.DecideProbes(*b, at)
 			if n := min(admit, len(owners)); n > 0 {
-				var active map[string]int64
+				var st *limitState
 				if limited {
-					if active, err = lockLimited(ctx, tx, p, queues, policies); err != nil {
+					if st, err = lockLimited(ctx, tx, p, queues, policies); err != nil {
 						return err
 					}
 				}
-				if recs, err = claimStatement(ctx, tx, p, queues, policies, active, owners[:n], leases[:n], g.Dependency); err != nil {
+				if recs, err = claimStatement(ctx, tx, p, queues, policies, st, owners[:n], leases[:n], g.Dependency); err != nil {
 					return err
+				}
+				if st != nil {
+					if err := addRateStarts(ctx, tx, p.Tenant, policies, st, recs); err != nil {
+						return err
+					}
 				}
 			}
 			if len(recs) == 0 && len(events) == 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -66,7 +67,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	}
 	limited := false
 	for _, pol := range policies {
-		limited = limited || (!pol.Paused && pol.ConcurrencyLimit > 0)
+		limited = limited || pol.Limited()
 	}
 	var (
 		recs []*jobRecord
@@ -88,12 +89,14 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		})
 	} else {
 		err = s.withTx(ctx, "claim", func(tx pgx.Tx) error {
-			active, err := lockLimited(ctx, tx, p, queues, policies)
+			st, err := lockLimited(ctx, tx, p, queues, policies)
 			if err != nil {
 				return err
 			}
-			recs, gate, at, err = claimRound(ctx, tx, p, queues, policies, active, owners, leases)
-			return err
+			if recs, gate, at, err = claimRound(ctx, tx, p, queues, policies, st, owners, leases); err != nil {
+				return err
+			}
+			return addRateStarts(ctx, tx, p.Tenant, policies, st, recs)
 		})
 	}
 	if err != nil {
@@ -118,22 +121,51 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	return out, nil
 }
 
-// lockLimited takes the advisory lock of each queue with a concurrency
-// limit, in sorted order (no lock cycles between claimers), and counts its
-// unexpired leases, in one round trip.
+// limitState is what a claim counted, under the advisory locks, of the
+// queues with limits: their usage and, for rate-limited ones, the current
+// rate window.
+type limitState struct {
+	usage   map[string]store.QueueUsage
+	windows map[string]time.Time
+}
+
+// lockLimited takes the advisory lock of each queue with a limit, in
+// sorted order (no lock cycles between claimers), and counts its unexpired
+// leases (by concurrency key too, when keys are limited) in one round
+// trip; a queue with a rate limit costs a second, for its window's starts.
 func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues []string,
-	policies map[store.QueueRef]store.QueuePolicy) (map[string]int64, error) {
-	var limited []string
+	policies map[store.QueueRef]store.QueuePolicy) (*limitState, error) {
+	var limited, keyed, rated []string
 	for _, q := range queues {
-		if pol := policies[store.QueueRef{Tenant: p.Tenant, Queue: q}]; !pol.Paused && pol.ConcurrencyLimit > 0 {
-			limited = append(limited, q)
+		pol := policies[store.QueueRef{Tenant: p.Tenant, Queue: q}]
+		if !pol.Limited() {
+			continue
 		}
+		limited = append(limited, q)
+		if pol.KeyConcurrencyLimit > 0 {
+			keyed = append(keyed, q)
+		}
+		if pol.RateLimit.Starts > 0 {
+			rated = append(rated, q)
+		}
+	}
+	st := &limitState{usage: map[string]store.QueueUsage{}, windows: map[string]time.Time{}}
+	usage := func(q string) store.QueueUsage {
+		u, ok := st.usage[q]
+		if !ok {
+			u = store.QueueUsage{ActiveByKey: map[string]int64{}, StartedByKey: map[string]int64{}}
+		}
+		return u
 	}
 	b := &pgx.Batch{}
 	for _, q := range limited {
 		b.Queue(qAdvisoryLockQueue, int32(claimLockClass), p.Tenant+"/"+q)
 	}
 	b.Queue(qActiveLeases, p.Tenant, limited, nowArg(p.Now))
+	if len(keyed) > 0 {
+		b.Queue(qActiveKeyLeases, p.Tenant, keyed, nowArg(p.Now))
+	}
+	b.Queue(qNowOr, nowArg(p.Now))
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	for range limited {
@@ -141,25 +173,124 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 			return nil, err
 		}
 	}
-	rows, err := br.Query()
+	if err := eachRow(br, func(r pgx.Rows) error {
+		var (
+			q string
+			n int64
+		)
+		if err := r.Scan(&q, &n); err != nil {
+			return err
+		}
+		u := usage(q)
+		u.Active = n
+		st.usage[q] = u
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(keyed) > 0 {
+		if err := eachRow(br, func(r pgx.Rows) error {
+			var (
+				q, k string
+				n    int64
+			)
+			if err := r.Scan(&q, &k, &n); err != nil {
+				return err
+			}
+			u := usage(q)
+			u.ActiveByKey[k] = n
+			st.usage[q] = u
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	var now time.Time
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if len(rated) == 0 {
+		return st, nil
+	}
+	wins := make([]time.Time, len(rated))
+	for i, q := range rated {
+		wins[i] = store.RateWindowStart(policies[store.QueueRef{Tenant: p.Tenant, Queue: q}], now)
+		st.windows[q] = wins[i]
+	}
+	rows, err := tx.Query(ctx, qRateStarts, p.Tenant, rated, wins)
 	if err != nil {
 		return nil, err
 	}
-	active := map[string]int64{}
+	defer rows.Close()
 	for rows.Next() {
-		var q string
-		var n int64
-		if err := rows.Scan(&q, &n); err != nil {
-			rows.Close()
+		var (
+			q, k string
+			n    int64
+		)
+		if err := rows.Scan(&q, &k, &n); err != nil {
 			return nil, err
 		}
-		active[q] = n
+		u := usage(q)
+		u.StartedByKey[k] = n
+		st.usage[q] = u
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return st, rows.Err()
+}
+
+// eachRow calls fn for each row of the batch's next query.
+func eachRow(br pgx.BatchResults, fn func(pgx.Rows) error) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
 	}
-	return active, br.Close()
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// addRateStarts counts the jobs just leased in their queues' rate windows
+// (store.RateStarts) and drops the windows before the current ones, in
+// the claim's transaction, under its advisory locks.
+func addRateStarts(ctx context.Context, tx pgx.Tx, tenant string, policies map[store.QueueRef]store.QueuePolicy,
+	st *limitState, recs []*jobRecord) error {
+	if len(st.windows) == 0 || len(recs) == 0 {
+		return nil
+	}
+	keys := map[string][]string{}
+	for _, r := range recs {
+		keys[r.job.Queue] = append(keys[r.job.Queue], r.job.ConcurrencyKey)
+	}
+	var (
+		qs, ks, dropQ []string
+		ws, dropW     []time.Time
+		ns            []int64
+	)
+	for _, q := range slices.Sorted(maps.Keys(st.windows)) {
+		w := st.windows[q]
+		dropQ, dropW = append(dropQ, q), append(dropW, w)
+		starts := store.RateStarts(policies[store.QueueRef{Tenant: tenant, Queue: q}], keys[q])
+		for _, k := range slices.Sorted(maps.Keys(starts)) {
+			qs, ws, ks, ns = append(qs, q), append(ws, w), append(ks, k), append(ns, starts[k])
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(qAddRateStarts, tenant, qs, ws, ks, ns)
+	b.Queue(qDropRateWindows, tenant, dropQ, dropW)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return br.Close()
 }
 
 // batcher is a pool, connection or transaction that pipelines.
@@ -172,9 +303,9 @@ type batcher interface {
 // the tenant is not closed and so might be due for probes, and the
 // instant that was judged at.
 func claimRound(ctx context.Context, q batcher, p store.ClaimManyParams, queues []string,
-	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64,
+	policies map[store.QueueRef]store.QueuePolicy, st *limitState, owners []string, leases []int64,
 ) (recs []*jobRecord, gate []store.Breaker, at time.Time, err error) {
-	args := claimArgs(p, queues, policies, active, owners, leases, "")
+	args := claimArgs(p, queues, policies, st, owners, leases, "")
 	if args == nil {
 		return nil, nil, time.Time{}, nil
 	}
@@ -207,8 +338,8 @@ func claimRound(ctx context.Context, q batcher, p store.ClaimManyParams, queues 
 // claimStatement runs qClaimMany for the open queues and returns the
 // leased rows; probe, when set, takes only that dependency's jobs.
 func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, queues []string,
-	policies map[store.QueueRef]store.QueuePolicy, active map[string]int64, owners []string, leases []int64, probe string) ([]*jobRecord, error) {
-	args := claimArgs(p, queues, policies, active, owners, leases, probe)
+	policies map[store.QueueRef]store.QueuePolicy, st *limitState, owners []string, leases []int64, probe string) ([]*jobRecord, error) {
+	args := claimArgs(p, queues, policies, st, owners, leases, probe)
 	if args == nil {
 		return nil, nil
 	}
@@ -220,37 +351,43 @@ func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, que
 }
 
 // claimArgs are qClaimMany's arguments for the open queues (not paused,
-// with room under their limit given the active leases counted), or nil
-// when no queue is open.
+// with room under their limits given what st counted; see
+// store.DecideQueueRoom), or nil when no queue is open.
 func claimArgs(p store.ClaimManyParams, queues []string, policies map[store.QueueRef]store.QueuePolicy,
-	active map[string]int64, owners []string, leases []int64, probe string) []any {
+	st *limitState, owners []string, leases []int64, probe string) []any {
 	total := len(owners)
 	var (
 		names                    []string
-		caps                     []int32
+		caps, fetches, keyRooms  []int32
 		defaultLeases, maxLeases []int64
+		roomQueues, roomKeys     []string
+		roomVals                 []int32
 	)
 	for _, name := range queues {
 		pol := policies[store.QueueRef{Tenant: p.Tenant, Queue: name}]
 		if pol.Paused {
 			continue
 		}
-		capacity := int64(total)
-		if pol.ConcurrencyLimit > 0 {
-			capacity = min(capacity, int64(pol.ConcurrencyLimit)-active[name])
+		room := store.QueueRoom{Cap: total, Fetch: total, KeyRoom: -1}
+		if pol.Limited() && st != nil {
+			room = store.DecideQueueRoom(pol, total, st.usage[name])
 		}
-		if capacity <= 0 {
+		if room.Cap <= 0 {
 			continue
 		}
 		names = append(names, name)
-		caps = append(caps, int32(capacity))
+		caps, fetches, keyRooms = append(caps, int32(room.Cap)), append(fetches, int32(room.Fetch)), append(keyRooms, int32(room.KeyRoom))
 		defaultLeases = append(defaultLeases, int64(pol.LeaseFor(0)))
 		maxLeases = append(maxLeases, int64(pol.LeaseFor(store.LeaseDurationMax)))
+		for _, k := range slices.Sorted(maps.Keys(room.Keys)) {
+			roomQueues, roomKeys, roomVals = append(roomQueues, name), append(roomKeys, k), append(roomVals, int32(room.Keys[k]))
+		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	return []any{p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total, probe}
+	return []any{p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total, probe,
+		fetches, keyRooms, roomQueues, roomKeys, roomVals}
 }
 
 // claimedJobs turns leased rows into claims in claim order, with the

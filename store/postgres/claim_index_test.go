@@ -80,7 +80,8 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	lease := int64(30 * time.Second)
 	text := explain("claim query", postgres.ClaimQuery,
 		"t1", []string{"emails", "reports"}, []int32{10, 10}, []int64{lease, lease}, []int64{lease, lease},
-		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "")
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "",
+		[]int32{10, 10}, []int32{-1, -1}, []string{}, []string{}, []int32{})
 	if !strings.Contains(text, "Index Scan using jobs_claim_idx") {
 		t.Errorf("the claim query does not walk jobs_claim_idx in order:\n%s", text)
 	}
@@ -91,7 +92,8 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	}
 	text = explain("probe claim query", postgres.ClaimQuery,
 		"t1", []string{"emails"}, []int32{2}, []int64{lease}, []int64{lease},
-		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "payments-api")
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "payments-api",
+		[]int32{2}, []int32{-1}, []string{}, []string{}, []int32{})
 	if !strings.Contains(text, "Index Scan using jobs_dependency_claim_idx") {
 		t.Errorf("the probe claim query does not walk jobs_dependency_claim_idx in order:\n%s", text)
 	}

@@ -373,6 +373,7 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, calls []createCall, 
 		created, available, deadlines = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		notified                      = map[store.QueueRef]bool{}
 		b                             = &pgx.Batch{}
+		ckeys                         = make([]string, n)
 	)
 	for i, pc := range inserts {
 		j := pc.job
@@ -383,10 +384,10 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, calls []createCall, 
 		tenants[i], ids[i], queues[i], kinds[i], metas[i], deps[i] = j.Tenant, j.ID, j.Queue, j.Kind, md, j.Dependency
 		payloads[i], priorities[i], maxAttempts[i] = blobArg(j.Payload), j.Priority, j.MaxAttempts
 		created[i], available[i], deadlines[i] = j.CreatedAt, j.AvailableAt, j.RetryDeadline
-		data[i] = pc.event.Data
+		data[i], ckeys[i] = pc.event.Data, j.ConcurrencyKey
 	}
 	b.Queue(qInsertJobs, tenants, ids, queues, kinds, payloads, metas, priorities, maxAttempts,
-		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps)
+		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps, ckeys)
 	b.Queue(qInsertQueuedEvents, tenants, ids, nowArgs(created), data)
 	var wake []store.QueueRef
 	for _, pc := range inserts {

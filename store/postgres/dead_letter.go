@@ -192,7 +192,7 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 			return err
 		}
 		rec, err := scanJob(tx.QueryRow(ctx, qInsertJob, p.Tenant, id, dead.Queue, dead.Kind, blobArg(dead.Payload),
-			metadata, dead.Priority, dead.MaxAttempts, now, now, deadline, dead.ID, dead.Dependency))
+			metadata, dead.Priority, dead.MaxAttempts, now, now, deadline, dead.ID, dead.Dependency, dead.ConcurrencyKey))
 		if err != nil {
 			return err
 		}

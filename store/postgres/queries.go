@@ -8,6 +8,7 @@ package postgres
 
 const (
 	qNow           = `SELECT now()`
+	qNowOr         = `SELECT coalesce($1::timestamptz, now())`
 	qNotify        = `SELECT pg_notify($1, $2)`
 	qCurrentSchema = `SELECT coalesce(current_schema(), '')`
 
@@ -16,7 +17,7 @@ const (
 	attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
 	cancel_requested, cancel_reason, created_at, available_at, finished_at,
 	retry_deadline, last_error_code, last_error_message, last_error_retryable,
-	result, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at`
+	result, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at, concurrency_key`
 
 	// jobColumnsJ is jobColumns qualified by the alias j, for statements
 	// that join jobs with rows of the same column names.
@@ -24,7 +25,7 @@ const (
 	j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
 	j.cancel_requested, j.cancel_reason, j.created_at, j.available_at, j.finished_at,
 	j.retry_deadline, j.last_error_code, j.last_error_message, j.last_error_retryable,
-	j.result, j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.last_event_seq, j.leased_at`
+	j.result, j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.last_event_seq, j.leased_at, j.concurrency_key`
 
 	checkpointColumns = `id, job_id, phase, state, generation, parent_id, created_at`
 
@@ -35,7 +36,7 @@ const (
 
 	policyColumns = `queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier, jitter_fraction,
 	retryable_codes, non_retryable_codes, total_retry_deadline_ns, default_lease_ns,
-	concurrency_limit, paused, max_lease_ns`
+	concurrency_limit, paused, max_lease_ns, limits`
 )
 
 // Jobs and events.
@@ -49,8 +50,8 @@ const (
 	// qInsertJob inserts a QUEUED job whose first event (sequence 1) the
 	// same transaction inserts.
 	qInsertJob = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
-		max_attempts, created_at, available_at, retry_deadline, replay_of, dependency, last_event_seq)
-	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, 'queued', $8, $9, $10, $11, $12, $13, 1)
+		max_attempts, created_at, available_at, retry_deadline, replay_of, dependency, last_event_seq, concurrency_key)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, 'queued', $8, $9, $10, $11, $12, $13, 1, $14)
 	RETURNING ` + jobColumns
 
 	// qBumpEventSeq reserves the next event sequence of a job. The row lock
@@ -115,6 +116,28 @@ const (
 	  AND lease_expires_at > coalesce($3::timestamptz, now())
 	GROUP BY queue`
 
+	// qActiveKeyLeases counts the unexpired leases of the queues at $3 by
+	// concurrency key.
+	qActiveKeyLeases = `SELECT queue, concurrency_key, count(*) FROM jobs
+	WHERE state = 'leased' AND tenant = $1 AND queue = ANY($2::text[])
+	  AND lease_expires_at > coalesce($3::timestamptz, now()) AND concurrency_key <> ''
+	GROUP BY queue, concurrency_key`
+
+	// qRateStarts reads the starts of each queue's current rate window
+	// ($2 queues, $3 their window starts), by key.
+	qRateStarts = `SELECT r.queue, r.key, r.starts FROM rate_windows r
+	JOIN unnest($2::text[], $3::timestamptz[]) AS u(q, w) ON r.queue = u.q AND r.window_start = u.w
+	WHERE r.tenant = $1`
+
+	// qAddRateStarts adds ($2 queues, $3 windows, $4 keys, $5 counts) to
+	// the rate windows; qDropRateWindows deletes the queues' windows
+	// before their current one.
+	qAddRateStarts = `INSERT INTO rate_windows (tenant, queue, window_start, key, starts)
+	SELECT $1, u.q, u.w, u.k, u.n FROM unnest($2::text[], $3::timestamptz[], $4::text[], $5::bigint[]) AS u(q, w, k, n)
+	ON CONFLICT (tenant, queue, window_start, key) DO UPDATE SET starts = rate_windows.starts + excluded.starts`
+	qDropRateWindows = `DELETE FROM rate_windows r USING unnest($2::text[], $3::timestamptz[]) AS u(q, w)
+	WHERE r.tenant = $1 AND r.queue = u.q AND r.window_start < u.w`
+
 	// qClaimMany selects and leases in one statement, and records the
 	// LEASED events. For every queue ($2 names, $3 how many jobs it may
 	// still take, $4 its default and $5 its maximum lease in nanoseconds)
@@ -129,14 +152,21 @@ const (
 	// empty, jobs whose dependency's breaker is not closed are skipped
 	// (the breakers are read once per statement, through their partial
 	// index, and cost nothing while all are closed); with $10 set, only
-	// that dependency's jobs are taken, as half-open probes.
+	// that dependency's jobs are taken, as half-open probes. A queue whose
+	// concurrency keys are limited ($12 the room of a key, -1 when keys
+	// are not limited; $13-$15 the room left to keys that have leases or
+	// starts) walks $11 candidates and keeps, per key, only as many as
+	// the key's room, before its cap applies (store.DecideQueueRoom).
 	qClaimMany = `WITH q AS (
-		SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[]) AS q(queue, cap, default_ns, max_ns)
+		SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[], $11::int[], $12::int[])
+			AS q(queue, cap, default_ns, max_ns, fetch_n, key_room)
+	), rooms AS (
+		SELECT * FROM unnest($13::text[], $14::text[], $15::int[]) AS r(queue, key, room)
 	), slots AS (
 		SELECT * FROM unnest($6::text[], $7::bigint[]) WITH ORDINALITY AS s(owner, lease_ns, rn)
 	), candidates AS (
-		SELECT c.*, q.cap, q.default_ns, q.max_ns FROM q CROSS JOIN LATERAL (
-			SELECT j.id, j.queue, j.priority, j.available_at
+		SELECT c.*, q.cap, q.default_ns, q.max_ns, q.key_room FROM q CROSS JOIN LATERAL (
+			SELECT j.id, j.queue, j.priority, j.available_at, j.concurrency_key
 			FROM jobs j
 			WHERE j.tenant = $1 AND j.queue = q.queue AND j.state = 'queued'
 			  AND j.available_at <= coalesce($8::timestamptz, now()) AND NOT j.cancel_requested
@@ -144,14 +174,21 @@ const (
 			      THEN j.dependency = '' OR j.dependency <> ALL (ARRAY(SELECT b.dependency FROM breakers b WHERE b.tenant = $1 AND b.state <> 'closed'))
 			      ELSE j.dependency = $10 END
 			ORDER BY j.priority DESC, j.available_at, j.id
-			LIMIT q.cap
+			LIMIT q.fetch_n
 			FOR UPDATE SKIP LOCKED
 		) c
+	), allowed AS (
+		SELECT k.* FROM (
+			SELECT candidates.*, row_number() OVER (
+				PARTITION BY queue, concurrency_key ORDER BY priority DESC, available_at, id) AS krn
+			FROM candidates
+		) k LEFT JOIN rooms r ON r.queue = k.queue AND r.key = k.concurrency_key
+		WHERE k.key_room < 0 OR k.concurrency_key = '' OR k.krn <= coalesce(r.room, k.key_room)
 	), picked AS (
 		SELECT r.*, row_number() OVER (ORDER BY r.priority DESC, r.available_at, r.id) AS rn
 		FROM (
-			SELECT candidates.*, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, available_at, id) AS qrn
-			FROM candidates
+			SELECT allowed.*, row_number() OVER (PARTITION BY queue ORDER BY priority DESC, available_at, id) AS qrn
+			FROM allowed
 		) r
 		WHERE r.qrn <= r.cap
 		ORDER BY r.priority DESC, r.available_at, r.id
@@ -313,9 +350,10 @@ const (
 	// qUpsertPolicy stores a policy and keeps the stored paused flag.
 	qUpsertPolicy = `INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns,
 		multiplier, jitter_fraction, retryable_codes, non_retryable_codes, total_retry_deadline_ns,
-		default_lease_ns, concurrency_limit, max_lease_ns, paused, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, false, coalesce($14::timestamptz, now()))
+		default_lease_ns, concurrency_limit, max_lease_ns, paused, updated_at, limits)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, false, coalesce($14::timestamptz, now()), $15)
 	ON CONFLICT (tenant, queue) DO UPDATE SET
+		limits = excluded.limits,
 		max_attempts = excluded.max_attempts,
 		initial_delay_ns = excluded.initial_delay_ns,
 		max_delay_ns = excluded.max_delay_ns,
@@ -534,13 +572,13 @@ const (
 	// qInsertJobs inserts QUEUED jobs whose first event (sequence 1)
 	// qInsertQueuedEvents inserts in the same transaction.
 	qInsertJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
-		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq)
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key)
 	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
-		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1
+		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
-		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[])
+		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[])
 		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
-		     retry_deadline, dependency)`
+		     retry_deadline, dependency, concurrency_key)`
 
 	// qInsertQueuedEvents inserts the QUEUED event of new jobs.
 	qInsertQueuedEvents = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)

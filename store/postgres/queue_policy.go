@@ -85,7 +85,7 @@ func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy sto
 	var out *store.QueuePolicy
 	err := s.withTx(ctx, "update_policy", func(tx pgx.Tx) error {
 		args := append([]any{tenant, p.Queue}, policyArgs(p)...)
-		args = append(args, nil)
+		args = append(args, nil, store.EncodeQueueLimits(p))
 		var err error
 		out, err = scanPolicy(tx.QueryRow(ctx, qUpsertPolicy, args...))
 		return err

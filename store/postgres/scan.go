@@ -39,6 +39,7 @@ func scanJob(row pgx.Row, extra ...any) (*jobRecord, error) {
 		&j.CancelRequested, &rec.cancelReason, &j.CreatedAt, &j.AvailableAt, &finished,
 		&deadline, &errCode, &errMessage, &errRetryable,
 		&result, &j.ReplayOf, &rec.replayedAs, &rec.abandoned, &j.Dependency, &rec.lastEventSeq, &leasedAt,
+		&j.ConcurrencyKey,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
@@ -127,11 +128,15 @@ func scanPolicy(row pgx.Row) (*store.QueuePolicy, error) {
 		p                                                 store.QueuePolicy
 		initialNS, maxNS, deadlineNS, leaseNS, maxLeaseNS int64
 		retryable, nonRetryable                           []string
+		limits                                            string
 	)
 	if err := row.Scan(&p.Queue, &p.Retry.MaxAttempts, &initialNS, &maxNS, &p.Retry.Multiplier,
 		&p.Retry.JitterFraction, &retryable, &nonRetryable, &deadlineNS, &leaseNS,
-		&p.ConcurrencyLimit, &p.Paused, &maxLeaseNS); err != nil {
+		&p.ConcurrencyLimit, &p.Paused, &maxLeaseNS, &limits); err != nil {
 		return nil, err
+	}
+	if err := store.DecodeQueueLimits(limits, &p); err != nil {
+		return nil, engineErrorf("%v", err)
 	}
 	p.Retry.InitialDelay = time.Duration(initialNS)
 	p.Retry.MaxDelay = time.Duration(maxNS)

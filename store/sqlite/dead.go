@@ -150,18 +150,19 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 			return err
 		}
 		j := newJob{
-			tenant:      p.Tenant,
-			id:          s.opts.NewID(),
-			queue:       dead.Queue,
-			kind:        dead.Kind,
-			dependency:  dead.Dependency,
-			replayOf:    dead.ID,
-			payload:     dead.Payload,
-			metadata:    dead.Metadata,
-			priority:    dead.Priority,
-			maxAttempts: dead.MaxAttempts,
-			createdAt:   now,
-			availableAt: now,
+			tenant:         p.Tenant,
+			id:             s.opts.NewID(),
+			queue:          dead.Queue,
+			kind:           dead.Kind,
+			dependency:     dead.Dependency,
+			concurrencyKey: dead.ConcurrencyKey,
+			replayOf:       dead.ID,
+			payload:        dead.Payload,
+			metadata:       dead.Metadata,
+			priority:       dead.Priority,
+			maxAttempts:    dead.MaxAttempts,
+			createdAt:      now,
+			availableAt:    now,
 		}
 		if d := pol.Retry.TotalRetryDeadline; d > 0 {
 			j.retryDeadline = now.Add(d).Truncate(time.Microsecond)

@@ -82,6 +82,7 @@ func policyTx(ctx context.Context, q querier, tenant, queue string) (*store.Queu
 // newJob is a job to insert.
 type newJob struct {
 	tenant, id, queue, kind, dependency, replayOf string
+	concurrencyKey                                string
 	payload                                       []byte
 	metadata                                      map[string]string
 	priority, maxAttempts                         int32
@@ -97,7 +98,7 @@ func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any)
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
 		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
-		j.replayOf, j.dependency)
+		j.replayOf, j.dependency, j.concurrencyKey)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
 	}
@@ -244,7 +245,7 @@ func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
 		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
-		j.ReplayOf, j.Dependency)
+		j.ReplayOf, j.Dependency, j.ConcurrencyKey)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,40 +50,53 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		claimed = nil
 		now := s.clock(p.Now)
 		type candidate struct {
-			id, queue   string
-			priority    int32
-			availableAt int64
+			id, queue, key string
+			priority       int32
+			availableAt    int64
 		}
-		// room is what each open queue may still take: the slots, cut to
-		// its concurrency limit.
-		room := map[string]int{}
+		// rooms is what each open queue may still take under its limits
+		// (store.DecideQueueRoom); used counts what this claim took of
+		// each (queue, key); windows are the rate-limited queues' current
+		// rate windows.
+		rooms := map[string]store.QueueRoom{}
+		used := map[[2]string]int{}
+		windows := map[string]time.Time{}
 		for _, ref := range refs {
 			pol := policies[ref]
 			if pol.Paused {
 				continue
 			}
-			n := len(slots)
-			if pol.ConcurrencyLimit > 0 {
-				var active int
-				if err := tx.QueryRowContext(ctx, qActiveLeases, p.Tenant, ref.Queue, micros(now)).Scan(&active); err != nil {
-					return fmt.Errorf("count leases of %q: %w", ref.Queue, err)
+			room := store.QueueRoom{Cap: len(slots), Fetch: len(slots), KeyRoom: -1}
+			if pol.Limited() {
+				u, win, err := queueUsage(ctx, tx, p.Tenant, ref.Queue, pol, now)
+				if err != nil {
+					return err
 				}
-				n = min(n, int(pol.ConcurrencyLimit)-active)
+				room = store.DecideQueueRoom(pol, len(slots), u)
+				if !win.IsZero() {
+					windows[ref.Queue] = win
+				}
 			}
-			if n > 0 {
-				room[ref.Queue] = n
+			if room.Cap > 0 {
+				rooms[ref.Queue] = room
 			}
 		}
 		// candidates lists up to want claimable jobs across the open
-		// queues in claim order (probe: of that dependency only).
+		// queues in claim order (probe: of that dependency only), no more
+		// of a concurrency key than its room.
 		candidates := func(probe string, want int) ([]candidate, error) {
 			var all []candidate
 			for _, ref := range refs {
-				n := min(room[ref.Queue], want)
+				room := rooms[ref.Queue]
+				n := min(room.Cap, want)
 				if n <= 0 {
 					continue
 				}
-				query, args := qClaimCandidates, []any{p.Tenant, ref.Queue, micros(now), n}
+				fetch := n
+				if room.KeyRoom >= 0 {
+					fetch = max(n, min(room.Fetch, want*4+100))
+				}
+				query, args := qClaimCandidates, []any{p.Tenant, ref.Queue, micros(now), fetch}
 				if probe != "" {
 					query, args = qClaimProbeCandidates, append(args, probe)
 				}
@@ -90,13 +104,25 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				if err != nil {
 					return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
 				}
-				for rows.Next() {
+				taken, here := map[string]int{}, 0
+				for rows.Next() && here < n {
 					c := candidate{queue: ref.Queue}
-					if err := rows.Scan(&c.id, &c.priority, &c.availableAt); err != nil {
+					if err := rows.Scan(&c.id, &c.priority, &c.availableAt, &c.key); err != nil {
 						rows.Close()
 						return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
 					}
+					if room.KeyRoom >= 0 && c.key != "" {
+						keyRoom, ok := room.Keys[c.key]
+						if !ok {
+							keyRoom = room.KeyRoom
+						}
+						if used[[2]string{c.queue, c.key}]+taken[c.key] >= keyRoom {
+							continue
+						}
+						taken[c.key]++
+					}
 					all = append(all, c)
+					here++
 				}
 				if err := rows.Close(); err != nil {
 					return nil, err
@@ -110,7 +136,10 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 			})
 			all = all[:min(len(all), want)]
 			for _, c := range all {
-				room[c.queue]--
+				room := rooms[c.queue]
+				room.Cap--
+				rooms[c.queue] = room
+				used[[2]string{c.queue, c.key}]++
 			}
 			return all, nil
 		}
@@ -123,7 +152,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		// transaction (the single writer needs no lock to count them).
 		var probes []store.BreakerChange
 		probeOf := map[string]int{} // job id → index into probes
-		if len(all) < len(slots) && len(room) > 0 {
+		if len(all) < len(slots) && len(rooms) > 0 {
 			gate, err := queryBreakers(ctx, tx, qGateBreakers, p.Tenant)
 			if err != nil {
 				return fmt.Errorf("read breakers: %w", err)
@@ -180,6 +209,9 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				Token:   store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker},
 				Effects: effects,
 			})
+		}
+		if err := addRateStarts(ctx, tx, p.Tenant, policies, windows, claimed); err != nil {
+			return err
 		}
 		return writeBreakers(ctx, tx, probes)
 	})
@@ -330,4 +362,70 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 		return nil, err
 	}
 	return job, nil
+}
+
+// queueUsage counts, in the write transaction, what a limited queue has
+// leased (and, by concurrency key, when keys are limited) and started in
+// its current rate window, which it returns (zero without a rate limit).
+func queueUsage(ctx context.Context, tx *writeTx, tenant, queue string, pol store.QueuePolicy, now time.Time) (store.QueueUsage, time.Time, error) {
+	u := store.QueueUsage{ActiveByKey: map[string]int64{}, StartedByKey: map[string]int64{}}
+	if err := tx.QueryRowContext(ctx, qActiveLeases, tenant, queue, micros(now)).Scan(&u.Active); err != nil {
+		return u, time.Time{}, fmt.Errorf("count leases of %q: %w", queue, err)
+	}
+	count := func(query string, into map[string]int64, args ...any) error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("count %q: %w", queue, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				k string
+				n int64
+			)
+			if err := rows.Scan(&k, &n); err != nil {
+				return err
+			}
+			into[k] = n
+		}
+		return rows.Err()
+	}
+	if pol.KeyConcurrencyLimit > 0 {
+		if err := count(qActiveKeyLeases, u.ActiveByKey, tenant, queue, micros(now)); err != nil {
+			return u, time.Time{}, err
+		}
+	}
+	win := store.RateWindowStart(pol, now)
+	if !win.IsZero() {
+		if err := count(qRateStarts, u.StartedByKey, tenant, queue, micros(win)); err != nil {
+			return u, time.Time{}, err
+		}
+	}
+	return u, win, nil
+}
+
+// addRateStarts counts the jobs just leased in their queues' rate windows
+// (store.RateStarts) and drops the windows before the current ones.
+func addRateStarts(ctx context.Context, tx *writeTx, tenant string, policies map[store.QueueRef]store.QueuePolicy,
+	windows map[string]time.Time, claimed []store.ClaimedJob) error {
+	if len(windows) == 0 {
+		return nil
+	}
+	keys := map[string][]string{}
+	for _, c := range claimed {
+		keys[c.Job.Queue] = append(keys[c.Job.Queue], c.Job.ConcurrencyKey)
+	}
+	for _, q := range slices.Sorted(maps.Keys(windows)) {
+		w := windows[q]
+		starts := store.RateStarts(policies[store.QueueRef{Tenant: tenant, Queue: q}], keys[q])
+		for _, k := range slices.Sorted(maps.Keys(starts)) {
+			if _, err := tx.ExecContext(ctx, qAddRateStarts, tenant, q, micros(w), k, starts[k]); err != nil {
+				return fmt.Errorf("count starts of %q: %w", q, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, qDropRateWindows, tenant, q, micros(w)); err != nil {
+			return fmt.Errorf("drop old rate windows of %q: %w", q, err)
+		}
+	}
+	return nil
 }

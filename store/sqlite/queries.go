@@ -18,7 +18,7 @@ SELECT j.tenant, j.id, j.queue, j.kind, j.payload, j.metadata, j.priority, j.sta
        j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
        j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
        j.last_error_code, j.last_error_message, j.last_error_retryable, j.result,
-       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at,
+       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at, j.concurrency_key,
        c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at`
 
 const jobSelectFrom = `
@@ -36,8 +36,8 @@ const qGetJob = jobSelect + `WHERE j.tenant = ?1 AND j.id = ?2`
 const qInsertJob = `
 INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
                   attempts, max_attempts, created_at, available_at, retry_deadline,
-                  replay_of, dependency)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13)`
+                  replay_of, dependency, concurrency_key)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`
 
 // qBumpEventSeq reserves the job's next event sequence. The UPDATE takes the
 // row (the database write lock, on SQLite), so concurrent appends to one job
@@ -112,6 +112,24 @@ const qActiveLeases = `
 SELECT count(*) FROM jobs INDEXED BY jobs_leased_idx
 WHERE state = 'leased' AND lease_expires_at > ?3 AND tenant = ?1 AND queue = ?2`
 
+// qActiveKeyLeases counts a queue's unexpired leases by concurrency key,
+// for its per-key limit.
+const qActiveKeyLeases = `
+SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_leased_idx
+WHERE state = 'leased' AND lease_expires_at > ?3 AND tenant = ?1 AND queue = ?2 AND concurrency_key <> ''
+GROUP BY concurrency_key`
+
+// qRateStarts reads the starts of a queue's rate window ?3, by key.
+const qRateStarts = `SELECT key, starts FROM rate_windows WHERE tenant = ?1 AND queue = ?2 AND window_start = ?3`
+
+// qAddRateStarts adds ?5 starts of key ?4 to the queue's window ?3;
+// qDropRateWindows deletes the queue's windows before ?3.
+const (
+	qAddRateStarts = `INSERT INTO rate_windows (tenant, queue, window_start, key, starts) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (tenant, queue, window_start, key) DO UPDATE SET starts = starts + excluded.starts`
+	qDropRateWindows = `DELETE FROM rate_windows WHERE tenant = ?1 AND queue = ?2 AND window_start < ?3`
+)
+
 // qClaimCandidates lists up to ?4 claimable jobs of one queue in claim
 // order, walking jobs_claim_idx: its predicate is repeated verbatim, which
 // SQLite requires before it uses a partial index, and INDEXED BY turns a
@@ -119,7 +137,7 @@ WHERE state = 'leased' AND lease_expires_at > ?3 AND tenant = ?1 AND queue = ?2`
 // Jobs whose dependency's breaker is not closed are skipped (the
 // breakers are read once, through their partial index).
 const qClaimCandidates = `
-SELECT id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx
+SELECT id, priority, available_at, concurrency_key FROM jobs INDEXED BY jobs_claim_idx
 WHERE tenant = ?1 AND queue = ?2
   AND state = 'queued' AND cancel_requested = 0
   AND available_at <= ?3
@@ -130,7 +148,7 @@ LIMIT ?4`
 // qClaimProbeCandidates is qClaimCandidates for the jobs of one
 // dependency (?5) only: the half-open probes.
 const qClaimProbeCandidates = `
-SELECT id, priority, available_at FROM jobs INDEXED BY jobs_claim_idx
+SELECT id, priority, available_at, concurrency_key FROM jobs INDEXED BY jobs_claim_idx
 WHERE tenant = ?1 AND queue = ?2
   AND state = 'queued' AND cancel_requested = 0
   AND available_at <= ?3 AND dependency = ?5
@@ -150,7 +168,7 @@ RETURNING tenant, id, queue, kind, payload, metadata, priority, state,
        attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
        cancel_requested, created_at, available_at, finished_at, retry_deadline,
        last_error_code, last_error_message, last_error_retryable, result,
-       replay_of, replayed_as, abandoned, dependency, leased_at,
+       replay_of, replayed_as, abandoned, dependency, leased_at, concurrency_key,
        NULL, NULL, NULL, NULL, NULL, NULL, last_event_seq`
 
 // qLockExpired reads up to ?2 leases that expired at ?1, across tenants,
@@ -302,7 +320,7 @@ WHERE tenant = ?1 AND id = ?2 AND state = 'dead' AND replayed_as = '' AND abando
 // policyColumns are the columns scanPolicy reads.
 const policyColumns = `queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier, jitter_fraction,
        retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
-       default_lease_duration_ns, concurrency_limit, paused, max_lease_duration_ns`
+       default_lease_duration_ns, concurrency_limit, paused, max_lease_duration_ns, limits`
 
 // qGetPolicy reads a stored policy.
 const qGetPolicy = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = ?1 AND queue = ?2`
@@ -315,9 +333,10 @@ const qListPolicies = `SELECT ` + policyColumns + ` FROM queue_policies WHERE te
 const qUpsertPolicy = `
 INSERT INTO queue_policies (tenant, queue, max_attempts, initial_delay_ns, max_delay_ns, multiplier,
     jitter_fraction, retryable_error_codes, non_retryable_error_codes, total_retry_deadline_ns,
-    default_lease_duration_ns, concurrency_limit, max_lease_duration_ns, paused, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+    default_lease_duration_ns, concurrency_limit, max_lease_duration_ns, paused, updated_at, limits)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
 ON CONFLICT (tenant, queue) DO UPDATE SET
+    limits = excluded.limits,
     max_attempts = excluded.max_attempts,
     initial_delay_ns = excluded.initial_delay_ns,
     max_delay_ns = excluded.max_delay_ns,

@@ -75,7 +75,7 @@ func (s *Store) UpdateQueuePolicy(ctx context.Context, tenant string, policy sto
 	var out *store.QueuePolicy
 	err = s.write(ctx, "update_policy", func(tx *writeTx) error {
 		now := s.clock(time.Time{})
-		all := append(append([]any{tenant, p.Queue}, args...), false, micros(now))
+		all := append(append([]any{tenant, p.Queue}, args...), false, micros(now), store.EncodeQueueLimits(p))
 		stored, err := scanPolicy(tx.QueryRowContext(ctx, qUpsertPolicy, all...))
 		if err != nil {
 			return fmt.Errorf("store policy of %q: %w", p.Queue, err)

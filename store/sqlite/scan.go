@@ -105,7 +105,7 @@ func scanJob(r rowScanner, extra ...any) (*jobRow, error) {
 		&j.Attempts, &j.MaxAttempts, &j.LeaseOwner, &j.LeaseGeneration, &leaseExpires,
 		&cancelRequested, &createdAt, &availableAt, &finished, &deadline,
 		&errCode, &errMessage, &errRetryable, &result,
-		&j.ReplayOf, &replayedAs, &abandoned, &j.Dependency, &leasedAt,
+		&j.ReplayOf, &replayedAs, &abandoned, &j.Dependency, &leasedAt, &j.ConcurrencyKey,
 		&cpID, &cpPhase, &cpState, &cpGeneration, &cpParent, &cpCreated}
 	err := r.Scan(append(dest, extra...)...)
 	if err != nil {
@@ -201,11 +201,14 @@ func scanPolicy(r rowScanner) (*store.QueuePolicy, error) {
 	var (
 		p                                            store.QueuePolicy
 		initial, maxDelay, deadline, lease, maxLease int64
-		retryable, nonRetryable                      string
+		retryable, nonRetryable, limits              string
 	)
 	if err := r.Scan(&p.Queue, &p.Retry.MaxAttempts, &initial, &maxDelay, &p.Retry.Multiplier,
 		&p.Retry.JitterFraction, &retryable, &nonRetryable, &deadline, &lease,
-		&p.ConcurrencyLimit, &p.Paused, &maxLease); err != nil {
+		&p.ConcurrencyLimit, &p.Paused, &maxLease, &limits); err != nil {
+		return nil, err
+	}
+	if err := store.DecodeQueueLimits(limits, &p); err != nil {
 		return nil, err
 	}
 	p.Retry.InitialDelay = time.Duration(initial)

@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		identityTests(),
 		metricsTests(),
 		breakerTests(),
+		limitTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
