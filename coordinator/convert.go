@@ -105,6 +105,7 @@ func toJob(j *store.Job) *leaseholdv1.Job {
 		Checkpoint:      toCheckpoint(j.Checkpoint),
 		RetryDeadline:   ts(j.RetryDeadline),
 		Dependency:      j.Dependency,
+		ConcurrencyKey:  j.ConcurrencyKey,
 	}
 }
 
@@ -240,6 +241,9 @@ func toQueuePolicy(p *store.QueuePolicy) *leaseholdv1.QueuePolicy {
 		DefaultLeaseDuration: dur(p.DefaultLeaseDuration),
 		ConcurrencyLimit:     p.ConcurrencyLimit,
 		Paused:               p.Paused,
+		KeyConcurrencyLimit:  p.KeyConcurrencyLimit,
+		RateLimit:            toRateLimit(p.RateLimit),
+		DefaultDependency:    p.DefaultDependency,
 	}
 }
 
@@ -286,4 +290,11 @@ func toBreaker(b *store.Breaker, now time.Time) *leaseholdv1.Breaker {
 			HalfOpenProbes: p.HalfOpenProbes, ProbeTimeout: dur(p.ProbeTimeout),
 		},
 	}
+}
+
+func toRateLimit(r store.RateLimit) *leaseholdv1.RateLimit {
+	if r.Starts == 0 {
+		return nil
+	}
+	return &leaseholdv1.RateLimit{Starts: r.Starts, Interval: dur(r.Interval), PerKey: r.PerKey}
 }

@@ -168,15 +168,16 @@ func (v validator) spec(field string, s *leaseholdv1.JobSpec) (store.JobSpec, er
 		return store.JobSpec{}, err
 	}
 	spec := store.JobSpec{
-		Queue:       s.GetQueue(),
-		Kind:        s.GetKind(),
-		Payload:     s.GetPayload(),
-		Metadata:    s.GetMetadata(),
-		Priority:    s.GetPriority(),
-		RunAt:       runAt,
-		RunAfter:    runAfter,
-		MaxAttempts: s.GetMaxAttempts(),
-		Dependency:  s.GetDependency(),
+		Queue:          s.GetQueue(),
+		Kind:           s.GetKind(),
+		Payload:        s.GetPayload(),
+		Metadata:       s.GetMetadata(),
+		Priority:       s.GetPriority(),
+		RunAt:          runAt,
+		RunAfter:       runAfter,
+		MaxAttempts:    s.GetMaxAttempts(),
+		Dependency:     s.GetDependency(),
+		ConcurrencyKey: s.GetConcurrencyKey(),
 	}
 	if err := v.blob(field+".payload", spec.Payload); err != nil {
 		return store.JobSpec{}, err
@@ -614,7 +615,16 @@ func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (s
 		},
 		DefaultLeaseDuration: lease,
 		ConcurrencyLimit:     p.GetConcurrencyLimit(),
+		KeyConcurrencyLimit:  p.GetKeyConcurrencyLimit(),
+		DefaultDependency:    p.GetDefaultDependency(),
 	}.WithDefaults()
+	if rl := p.GetRateLimit(); rl != nil {
+		iv, err := duration("policy.rate_limit.interval", rl.GetInterval())
+		if err != nil {
+			return store.QueuePolicy{}, err
+		}
+		qp.RateLimit = store.RateLimit{Starts: rl.GetStarts(), Interval: iv, PerKey: rl.GetPerKey()}
+	}
 	if err := qp.Validate(); err != nil {
 		return store.QueuePolicy{}, err
 	}

@@ -126,12 +126,14 @@ func RateStarts(p QueuePolicy, keys []string) map[string]int64 {
 }
 
 // queueLimitsJSON is the stored form of a policy's per-key and rate
-// limits: one column, so both engines store the same text.
+// limits and default dependency: one column, so both engines store the
+// same text.
 type queueLimitsJSON struct {
-	KeyConcurrencyLimit int32 `json:"key_concurrency_limit,omitempty"`
-	RateStarts          int32 `json:"rate_starts,omitempty"`
-	RateIntervalMicros  int64 `json:"rate_interval_us,omitempty"`
-	RatePerKey          bool  `json:"rate_per_key,omitempty"`
+	KeyConcurrencyLimit int32  `json:"key_concurrency_limit,omitempty"`
+	RateStarts          int32  `json:"rate_starts,omitempty"`
+	RateIntervalMicros  int64  `json:"rate_interval_us,omitempty"`
+	RatePerKey          bool   `json:"rate_per_key,omitempty"`
+	DefaultDependency   string `json:"default_dependency,omitempty"`
 }
 
 // EncodeQueueLimits is the stored form of p's per-key and rate limits.
@@ -139,6 +141,7 @@ func EncodeQueueLimits(p QueuePolicy) string {
 	b, err := json.Marshal(queueLimitsJSON{
 		KeyConcurrencyLimit: p.KeyConcurrencyLimit, RateStarts: p.RateLimit.Starts,
 		RateIntervalMicros: p.RateLimit.Interval.Microseconds(), RatePerKey: p.RateLimit.PerKey,
+		DefaultDependency: p.DefaultDependency,
 	})
 	if err != nil {
 		panic("store: unencodable queue limits: " + err.Error())
@@ -155,5 +158,6 @@ func DecodeQueueLimits(s string, p *QueuePolicy) error {
 	}
 	p.KeyConcurrencyLimit = l.KeyConcurrencyLimit
 	p.RateLimit = RateLimit{Starts: l.RateStarts, Interval: time.Duration(l.RateIntervalMicros) * time.Microsecond, PerKey: l.RatePerKey}
+	p.DefaultDependency = l.DefaultDependency
 	return nil
 }

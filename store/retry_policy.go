@@ -75,6 +75,9 @@ func (p QueuePolicy) Validate() error {
 	if p.ConcurrencyLimit < 0 || p.ConcurrencyLimit > 1_000_000 {
 		return Invalid("policy.concurrency_limit", "must be in [0, 1000000]")
 	}
+	if p.DefaultDependency != "" && !ValidName(p.DefaultDependency) {
+		return Invalid("policy.default_dependency", nameRule)
+	}
 	if p.KeyConcurrencyLimit < 0 || p.KeyConcurrencyLimit > 1_000_000 {
 		return Invalid("policy.key_concurrency_limit", "must be in [0, 1000000]")
 	}

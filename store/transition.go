@@ -272,6 +272,9 @@ func DecideCreate(policy QueuePolicy, tenant, id string, spec JobSpec, now time.
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = policy.Retry.MaxAttempts
 	}
+	if j.Dependency == "" {
+		j.Dependency = policy.DefaultDependency
+	}
 	switch {
 	case spec.RunAfter > 0:
 		j.AvailableAt = now.Add(spec.RunAfter)

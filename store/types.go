@@ -217,7 +217,9 @@ type QueuePolicy struct {
 	// RateLimit caps how many of the queue's jobs start (are leased) per
 	// interval, fleet-wide.
 	RateLimit RateLimit
-	Paused    bool
+	// DefaultDependency is the dependency of jobs created without one.
+	DefaultDependency string
+	Paused            bool
 }
 
 // RateLimit is at most Starts leases per Interval, counted in fixed

@@ -56,6 +56,9 @@ type CreateOptions struct {
 	Metadata map[string]string
 	// Dependency names the external system the job needs (circuit breakers).
 	Dependency string
+	// ConcurrencyKey groups the job for the queue's per-key limits (e.g. a
+	// customer id).
+	ConcurrencyKey string
 }
 
 // Create submits one job and reports whether it is a replay of an earlier
@@ -67,13 +70,14 @@ func (c *Client) Create(ctx context.Context, queue, kind string, payload []byte,
 		opts = &CreateOptions{}
 	}
 	spec := &leaseholdv1.JobSpec{
-		Queue:       queue,
-		Kind:        kind,
-		Payload:     payload,
-		Metadata:    withTraceContext(ctx, opts.Metadata),
-		Priority:    opts.Priority,
-		MaxAttempts: opts.MaxAttempts,
-		Dependency:  opts.Dependency,
+		Queue:          queue,
+		Kind:           kind,
+		Payload:        payload,
+		Metadata:       withTraceContext(ctx, opts.Metadata),
+		Priority:       opts.Priority,
+		MaxAttempts:    opts.MaxAttempts,
+		Dependency:     opts.Dependency,
+		ConcurrencyKey: opts.ConcurrencyKey,
 	}
 	if !opts.RunAt.IsZero() {
 		spec.RunAt = timestamppb.New(opts.RunAt)

@@ -91,6 +91,7 @@ func (c *cli) jobCreateCommand() *cobra.Command {
 	fs.Int32Var(&opts.MaxAttempts, "max-attempts", 0, "attempt budget; 0 = the queue's")
 	fs.StringArrayVar(&meta, "meta", nil, "metadata `key=value`; repeatable")
 	fs.StringVar(&opts.Dependency, "dependency", "", "external dependency the job needs (circuit breakers)")
+	fs.StringVar(&opts.ConcurrencyKey, "concurrency-key", "", "group for the queue's per-key limits (e.g. a customer id)")
 	return cmd
 }
 

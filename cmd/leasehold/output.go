@@ -376,6 +376,17 @@ func policyFields(p *leaseholdv1.QueuePolicy) [][2]string {
 	if p.GetConcurrencyLimit() > 0 {
 		concurrency = strconv.Itoa(int(p.GetConcurrencyLimit()))
 	}
+	keyConcurrency := "unlimited"
+	if p.GetKeyConcurrencyLimit() > 0 {
+		keyConcurrency = strconv.Itoa(int(p.GetKeyConcurrencyLimit())) + " per key"
+	}
+	rate := "unlimited"
+	if rl := p.GetRateLimit(); rl.GetStarts() > 0 {
+		rate = strconv.Itoa(int(rl.GetStarts())) + " per " + formatDuration(rl.GetInterval())
+		if rl.GetPerKey() {
+			rate += " per key"
+		}
+	}
 	deadline := "none"
 	if d := r.GetTotalRetryDeadline(); d != nil && d.AsDuration() > 0 {
 		deadline = d.AsDuration().String()
@@ -393,6 +404,9 @@ func policyFields(p *leaseholdv1.QueuePolicy) [][2]string {
 		{"Total retry deadline", deadline},
 		{"Lease duration", formatDuration(p.GetDefaultLeaseDuration())},
 		{"Concurrency limit", concurrency},
+		{"Key concurrency limit", keyConcurrency},
+		{"Rate limit", rate},
+		{"Default dependency", p.GetDefaultDependency()},
 	}
 }
 

@@ -61,6 +61,10 @@ func (c *cli) queueGetCommand() *cobra.Command {
 
 // policyFlags are set-policy's flags; only those given change the policy.
 type policyFlags struct {
+	keyConcurrencyLimit, rateStarts                   int
+	rateInterval                                      time.Duration
+	ratePerKey                                        bool
+	defaultDependency                                 string
 	maxAttempts, concurrencyLimit                     int
 	initialDelay, maxDelay, totalRetryDeadline, lease time.Duration
 	multiplier, jitter                                float64
@@ -78,6 +82,11 @@ func (f *policyFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.totalRetryDeadline, "total-retry-deadline", 0, "time budget from creation; 0 = none")
 	fs.DurationVar(&f.lease, "lease-duration", 0, "lease when a claim asks for none")
 	fs.IntVar(&f.concurrencyLimit, "concurrency-limit", 0, "most jobs leased at once across the fleet; 0 = unlimited")
+	fs.IntVar(&f.keyConcurrencyLimit, "key-concurrency-limit", 0, "most jobs of one concurrency key leased at once; 0 = unlimited")
+	fs.IntVar(&f.rateStarts, "rate-starts", 0, "most jobs started per --rate-interval; 0 = no rate limit")
+	fs.DurationVar(&f.rateInterval, "rate-interval", 0, "the rate limit's interval, between 1s and 24h")
+	fs.BoolVar(&f.ratePerKey, "rate-per-key", false, "apply the rate to each concurrency key instead of the queue")
+	fs.StringVar(&f.defaultDependency, "default-dependency", "", "dependency of jobs created without one; \"\" clears")
 }
 
 // apply changes p for each flag given on the command line and reports
@@ -111,6 +120,25 @@ func (f *policyFlags) apply(fs *pflag.FlagSet, p *leaseholdv1.QueuePolicy) bool 
 			p.DefaultLeaseDuration = durationpb.New(f.lease)
 		case "concurrency-limit":
 			p.ConcurrencyLimit = int32(clampInt32(f.concurrencyLimit))
+		case "key-concurrency-limit":
+			p.KeyConcurrencyLimit = int32(clampInt32(f.keyConcurrencyLimit))
+		case "rate-starts", "rate-interval", "rate-per-key":
+			if p.RateLimit == nil {
+				p.RateLimit = &leaseholdv1.RateLimit{}
+			}
+			switch fl.Name {
+			case "rate-starts":
+				p.RateLimit.Starts = int32(clampInt32(f.rateStarts))
+			case "rate-interval":
+				p.RateLimit.Interval = durationpb.New(f.rateInterval)
+			default:
+				p.RateLimit.PerKey = f.ratePerKey
+			}
+			if p.RateLimit.GetStarts() == 0 && p.RateLimit.GetInterval().AsDuration() == 0 && !p.RateLimit.GetPerKey() {
+				p.RateLimit = nil // --rate-starts 0 clears the limit
+			}
+		case "default-dependency":
+			p.DefaultDependency = f.defaultDependency
 		default:
 			return
 		}
@@ -141,7 +169,8 @@ func (c *cli) queueSetPolicyCommand() *cobra.Command {
 	var pf policyFlags
 	cmd := &cobra.Command{
 		Use: "set-policy Q [--max-attempts N] [--initial-delay D] [--max-delay D] [--multiplier F] [--jitter F] " +
-			"[--retryable-codes a,b] [--non-retryable-codes c] [--total-retry-deadline D] [--lease-duration D] [--concurrency-limit N]",
+			"[--retryable-codes a,b] [--non-retryable-codes c] [--total-retry-deadline D] [--lease-duration D] [--concurrency-limit N] " +
+			"[--key-concurrency-limit N] [--rate-starts N --rate-interval D [--rate-per-key]] [--default-dependency DEP]",
 		Short: "Change a queue's policy",
 		Long:  "Change a queue's policy. The current policy is read first and only the flags given are changed.",
 		Args:  positional("Q"),

@@ -46,10 +46,13 @@ type JobSpec struct {
 	// At most 1,000.
 	MaxAttempts int32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// The external dependency the job needs (circuit breakers); optional, same
-	// charset as queue.
-	Dependency    string `protobuf:"bytes,9,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// charset as queue. Empty: the queue policy's default_dependency.
+	Dependency string `protobuf:"bytes,9,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Groups the job for the queue's per-key limits (e.g. a customer id);
+	// optional, at most 128 characters.
+	ConcurrencyKey string `protobuf:"bytes,10,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -141,6 +144,13 @@ func (x *JobSpec) GetMaxAttempts() int32 {
 func (x *JobSpec) GetDependency() string {
 	if x != nil {
 		return x.Dependency
+	}
+	return ""
+}
+
+func (x *JobSpec) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
 	}
 	return ""
 }
@@ -904,7 +914,7 @@ var File_leasehold_v1_job_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eleasehold/v1/job_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18leasehold/v1/types.proto\"\x95\x03\n" +
+	"\x1eleasehold/v1/job_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18leasehold/v1/types.proto\"\xbe\x03\n" +
 	"\aJobSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -916,7 +926,9 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\fmax_attempts\x18\b \x01(\x05R\vmaxAttempts\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\t \x01(\tR\n" +
-	"dependency\x1a;\n" +
+	"dependency\x12'\n" +
+	"\x0fconcurrency_key\x18\n" +
+	" \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +

@@ -780,9 +780,11 @@ type Job struct {
 	RetryDeadline *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=retry_deadline,json=retryDeadline,proto3" json:"retry_deadline,omitempty"`
 	// The external dependency this job needs (e.g. "payments-api"). Used by
 	// fleet-wide circuit breakers; empty when none.
-	Dependency    string `protobuf:"bytes,20,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Dependency string `protobuf:"bytes,20,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The group of the queue's per-key limits; empty when none.
+	ConcurrencyKey string `protobuf:"bytes,21,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -951,6 +953,13 @@ func (x *Job) GetRetryDeadline() *timestamppb.Timestamp {
 func (x *Job) GetDependency() string {
 	if x != nil {
 		return x.Dependency
+	}
+	return ""
+}
+
+func (x *Job) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
 	}
 	return ""
 }
@@ -1552,9 +1561,19 @@ type QueuePolicy struct {
 	// Most jobs of this queue leased at once across the fleet; 0 = unlimited.
 	ConcurrencyLimit int32 `protobuf:"varint,4,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	// A paused queue accepts jobs but hands none to workers.
-	Paused        bool `protobuf:"varint,5,opt,name=paused,proto3" json:"paused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Paused bool `protobuf:"varint,5,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Most jobs of each concurrency key (Job.concurrency_key) leased at once
+	// across the fleet, in [0, 1000000]; 0 = unlimited. Jobs with no key are
+	// not limited by it.
+	KeyConcurrencyLimit int32 `protobuf:"varint,6,opt,name=key_concurrency_limit,json=keyConcurrencyLimit,proto3" json:"key_concurrency_limit,omitempty"`
+	// Most jobs started (leased) per interval across the fleet, per queue or
+	// per concurrency key; unset = unlimited.
+	RateLimit *RateLimit `protobuf:"bytes,7,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// The dependency (circuit breakers) of jobs created without one; empty =
+	// none. Same charset as queue.
+	DefaultDependency string `protobuf:"bytes,8,opt,name=default_dependency,json=defaultDependency,proto3" json:"default_dependency,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueuePolicy) Reset() {
@@ -1622,6 +1641,94 @@ func (x *QueuePolicy) GetPaused() bool {
 	return false
 }
 
+func (x *QueuePolicy) GetKeyConcurrencyLimit() int32 {
+	if x != nil {
+		return x.KeyConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+func (x *QueuePolicy) GetDefaultDependency() string {
+	if x != nil {
+		return x.DefaultDependency
+	}
+	return ""
+}
+
+// RateLimit is at most `starts` leases per `interval`, counted in fixed
+// windows of `interval` aligned on the Unix epoch: over any span T at most
+// starts x (T / interval + 1) jobs start.
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Starts per interval, in [1, 1000000].
+	Starts int32 `protobuf:"varint,1,opt,name=starts,proto3" json:"starts,omitempty"`
+	// The interval, between 1s and 24h.
+	Interval *durationpb.Duration `protobuf:"bytes,2,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Count each concurrency key on its own (jobs with no key are not
+	// limited) instead of the queue as a whole.
+	PerKey        bool `protobuf:"varint,3,opt,name=per_key,json=perKey,proto3" json:"per_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RateLimit) GetStarts() int32 {
+	if x != nil {
+		return x.Starts
+	}
+	return 0
+}
+
+func (x *RateLimit) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *RateLimit) GetPerKey() bool {
+	if x != nil {
+		return x.PerKey
+	}
+	return false
+}
+
 // QueueStats counts a queue's jobs by state.
 type QueueStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1649,7 +1756,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[11]
+	mi := &file_leasehold_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1768,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[11]
+	mi := &file_leasehold_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1781,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueStats) GetQueue() string {
@@ -1781,7 +1888,7 @@ type Breaker struct {
 
 func (x *Breaker) Reset() {
 	*x = Breaker{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[12]
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1900,7 @@ func (x *Breaker) String() string {
 func (*Breaker) ProtoMessage() {}
 
 func (x *Breaker) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[12]
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1913,7 @@ func (x *Breaker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Breaker.ProtoReflect.Descriptor instead.
 func (*Breaker) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Breaker) GetDependency() string {
@@ -1945,7 +2052,7 @@ type BreakerPolicy struct {
 
 func (x *BreakerPolicy) Reset() {
 	*x = BreakerPolicy{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2064,7 @@ func (x *BreakerPolicy) String() string {
 func (*BreakerPolicy) ProtoMessage() {}
 
 func (x *BreakerPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2077,7 @@ func (x *BreakerPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerPolicy.ProtoReflect.Descriptor instead.
 func (*BreakerPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BreakerPolicy) GetDependency() string {
@@ -2069,7 +2176,7 @@ type BreakerEvent struct {
 
 func (x *BreakerEvent) Reset() {
 	*x = BreakerEvent{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2188,7 @@ func (x *BreakerEvent) String() string {
 func (*BreakerEvent) ProtoMessage() {}
 
 func (x *BreakerEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2201,7 @@ func (x *BreakerEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerEvent.ProtoReflect.Descriptor instead.
 func (*BreakerEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BreakerEvent) GetDependency() string {
@@ -2164,7 +2271,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[15]
+	mi := &file_leasehold_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2283,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[15]
+	mi := &file_leasehold_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2296,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -2283,7 +2390,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\bJobError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xf6\x06\n" +
+	"\tretryable\x18\x03 \x01(\bR\tretryable\"\x9f\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2312,7 +2419,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x0eretry_deadline\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rretryDeadline\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x14 \x01(\tR\n" +
-	"dependency\x1a;\n" +
+	"dependency\x12'\n" +
+	"\x0fconcurrency_key\x18\x15 \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x01\n" +
@@ -2371,13 +2479,21 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x15retryable_error_codes\x18\x06 \x03(\tR\x13retryableErrorCodes\x129\n" +
 	"\x19non_retryable_error_codes\x18\a \x03(\tR\x16nonRetryableErrorCodes\x12K\n" +
 	"\x14total_retry_deadline\x18\b \x01(\v2\x19.google.protobuf.DurationR\x12totalRetryDeadlineB\x12\n" +
-	"\x10_jitter_fraction\"\xea\x01\n" +
+	"\x10_jitter_fraction\"\x85\x03\n" +
 	"\vQueuePolicy\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
 	"\x05retry\x18\x02 \x01(\v2\x19.leasehold.v1.RetryPolicyR\x05retry\x12O\n" +
 	"\x16default_lease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x14defaultLeaseDuration\x12+\n" +
 	"\x11concurrency_limit\x18\x04 \x01(\x05R\x10concurrencyLimit\x12\x16\n" +
-	"\x06paused\x18\x05 \x01(\bR\x06paused\"\xf0\x01\n" +
+	"\x06paused\x18\x05 \x01(\bR\x06paused\x122\n" +
+	"\x15key_concurrency_limit\x18\x06 \x01(\x05R\x13keyConcurrencyLimit\x126\n" +
+	"\n" +
+	"rate_limit\x18\a \x01(\v2\x17.leasehold.v1.RateLimitR\trateLimit\x12-\n" +
+	"\x12default_dependency\x18\b \x01(\tR\x11defaultDependency\"s\n" +
+	"\tRateLimit\x12\x16\n" +
+	"\x06starts\x18\x01 \x01(\x05R\x06starts\x125\n" +
+	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x17\n" +
+	"\aper_key\x18\x03 \x01(\bR\x06perKey\"\xf0\x01\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
@@ -2517,7 +2633,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
 	(EventType)(0),                // 1: leasehold.v1.EventType
@@ -2537,64 +2653,67 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(*DeadJob)(nil),               // 15: leasehold.v1.DeadJob
 	(*RetryPolicy)(nil),           // 16: leasehold.v1.RetryPolicy
 	(*QueuePolicy)(nil),           // 17: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),            // 18: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 19: leasehold.v1.Breaker
-	(*BreakerPolicy)(nil),         // 20: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),          // 21: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),            // 22: leasehold.v1.WorkerInfo
-	nil,                           // 23: leasehold.v1.Job.MetadataEntry
-	nil,                           // 24: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*RateLimit)(nil),             // 18: leasehold.v1.RateLimit
+	(*QueueStats)(nil),            // 19: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 20: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),         // 21: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),          // 22: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),            // 23: leasehold.v1.WorkerInfo
+	nil,                           // 24: leasehold.v1.Job.MetadataEntry
+	nil,                           // 25: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	25, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	26, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
 	0,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
 	8,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	25, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	25, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	25, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	26, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	26, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	26, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	9,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
 	12, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	25, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	26, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
 	1,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	25, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	25, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	26, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	26, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	25, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	25, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	25, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	25, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	26, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	26, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	26, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	3,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
 	9,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
 	10, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
 	14, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	26, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	26, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	26, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	27, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	27, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	27, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
 	16, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	26, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
-	4,  // 27: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	25, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	25, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	20, // 30: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
-	25, // 31: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 32: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
-	26, // 33: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
-	26, // 34: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
-	26, // 35: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
-	5,  // 36: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
-	25, // 37: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 38: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	25, // 39: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	6,  // 40: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	25, // 41: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	27, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	18, // 27: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
+	27, // 28: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	4,  // 29: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	26, // 30: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	26, // 31: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	21, // 32: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	26, // 33: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 34: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	27, // 35: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	27, // 36: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	27, // 37: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	5,  // 38: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	26, // 39: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 40: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	26, // 41: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	6,  // 42: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	26, // 43: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -2609,7 +2728,7 @@ func file_leasehold_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
