@@ -133,3 +133,45 @@ func TestValidateBreakerRequests(t *testing.T) {
 		t.Fatalf("force-open until reset: %+v, %v", fo, err)
 	}
 }
+
+// TestValidateQueueLimits checks the per-key and rate fields of a queue
+// policy and a job's concurrency key: each bad value names its field.
+func TestValidateQueueLimits(t *testing.T) {
+	t.Parallel()
+	qp := func(f func(p *leaseholdv1.QueuePolicy)) *leaseholdv1.UpdateQueuePolicyRequest {
+		p := &leaseholdv1.QueuePolicy{Queue: "q"}
+		f(p)
+		return &leaseholdv1.UpdateQueuePolicyRequest{Policy: p}
+	}
+	for _, c := range []struct {
+		field string
+		req   *leaseholdv1.UpdateQueuePolicyRequest
+	}{
+		{"policy.key_concurrency_limit", qp(func(p *leaseholdv1.QueuePolicy) { p.KeyConcurrencyLimit = -1 })},
+		{"policy.rate_limit.interval", qp(func(p *leaseholdv1.QueuePolicy) {
+			p.RateLimit = &leaseholdv1.RateLimit{Starts: 5, Interval: durationpb.New(10 * time.Millisecond)}
+		})},
+		{"policy.rate_limit.interval", qp(func(p *leaseholdv1.QueuePolicy) {
+			p.RateLimit = &leaseholdv1.RateLimit{Starts: 5, Interval: durationpb.New(-time.Second)}
+		})},
+		{"policy.rate_limit.starts", qp(func(p *leaseholdv1.QueuePolicy) {
+			p.RateLimit = &leaseholdv1.RateLimit{Starts: 2_000_000, Interval: durationpb.New(time.Second)}
+		})},
+		{"policy.default_dependency", qp(func(p *leaseholdv1.QueuePolicy) { p.DefaultDependency = "not a name" })},
+	} {
+		_, err := testValidator.UpdateQueuePolicy(c.req)
+		var inv *store.InvalidError
+		if !errors.As(err, &inv) || inv.Field != c.field {
+			t.Errorf("%v: got %v, want an InvalidError on %q", c.req, err, c.field)
+		}
+	}
+	cr, err := testValidator.CreateJob(&leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{
+		Queue: "q", Kind: "k", ConcurrencyKey: strings.Repeat("x", store.NameMaxLen+1)}})
+	if err == nil {
+		err = store.ValidateCreate(store.CreateJobsParams{Tenant: "t", Requests: []store.CreateRequest{cr}})
+	}
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "job.concurrency_key" {
+		t.Errorf("a 129-character concurrency key: %v, want an InvalidError on job.concurrency_key", err)
+	}
+}
