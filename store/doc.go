@@ -207,4 +207,18 @@
 //     cut-off and expired idempotency records, in batches of BatchSize rows
 //     per transaction, so it never holds a long transaction. It never
 //     deletes a job that is not terminal, however old.
+//   - A dependency fails across the fleet: its breaker (one row per tenant
+//     and dependency, breaker.go) opens once the Retries with counted
+//     codes in its window reach the threshold. Reports fold their outcomes
+//     into it in the same batch transaction, locking it after their jobs;
+//     claims skip the dependency's jobs while it is not closed, which
+//     therefore stay QUEUED and spend nothing. When its open delay ends,
+//     a claim locks it and admits exactly its probes (DecideProbes); the
+//     first probe to report closes it or opens it again for longer. The
+//     time a job was held is credited to its retry deadline
+//     (Breaker.HeldDuring) when it next fails.
+//   - A queue limits its concurrency keys or its start rate: claims on it
+//     take its advisory lock and count what is leased and started first
+//     (DecideQueueRoom), so two coordinators never exceed a limit
+//     together.
 package store
