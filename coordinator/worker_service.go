@@ -21,7 +21,8 @@ const APIVersion = "leasehold.v1"
 // GetVersion.
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
-	"checkpoints", "dead_letter", "watch_job", "stream_reports", "circuit_breakers",
+	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
+	"circuit_breakers",
 }
 
 // workerService is the worker API: thin shells over the store, plus the
