@@ -291,13 +291,16 @@ func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func()
 		default:
 			return nil, fmt.Errorf("report %d: unknown kind %v", i, r.Kind)
 		}
-		foldOutcome(breakers, changed, h, r)
+		closed := foldOutcome(breakers, changed, h, r)
 		job := t.Apply(h.Job, h.Now)
 		delete(current, key)
 		delete(renewals, key)
 		finished[key] = ended{report: r, job: job, t: t}
 		changes.Leaves = append(changes.Leaves, leaveOf(h, r.Token, t, false))
-		if q := (QueueRef{r.Tenant, h.Job.Queue}); t.Requeued() && !woken[q] {
+		// A probe that closes its breaker frees the jobs it held; the
+		// probe's queue is where they most likely wait, so wake it rather
+		// than leave them to the next poll.
+		if q := (QueueRef{r.Tenant, h.Job.Queue}); (t.Requeued() || closed) && !woken[q] {
 			woken[q] = true
 			changes.Wake = append(changes.Wake, q)
 		}
@@ -407,16 +410,17 @@ func creditHeld(h Held, breakers map[BreakerKey]Breaker) Held {
 
 // foldOutcome folds report r of the job h holds into its breaker, when it
 // is an outcome (a Complete, or a Retry with a counted code), keeping the
-// breaker's running state in breakers and what changed in changed.
-func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*BreakerChange, h Held, r Report) {
+// breaker's running state in breakers and what changed in changed. It
+// reports whether the outcome closed the breaker.
+func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*BreakerChange, h Held, r Report) bool {
 	k := BreakerKey{h.Job.Tenant, h.Job.Dependency}
 	b, ok := breakers[k]
 	if !ok {
-		return
+		return false
 	}
 	failed := r.Kind == ReportRetry
 	if failed && !b.Policy.Counts(r.Error) {
-		return
+		return false
 	}
 	next, events := DecideBreakerOutcome(b, r.Token, failed, h.Now)
 	c, ok := changed[k]
@@ -428,6 +432,7 @@ func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*Breake
 	breakers[k] = next
 	c.Breaker, c.Now = next, h.Now
 	c.Events = append(c.Events, events...)
+	return b.State != BreakerClosed && next.State == BreakerClosed
 }
 
 // answerEnded answers report r about a job that an earlier report of the
