@@ -248,7 +248,6 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 		return nil, toStatus(ctx, c.log, err)
 	}
 	c.audit(ctx, store.AuditBreakerReset, p.Dependency, map[string]any{"reason": p.Reason})
-	c.metrics.BreakerState(p.Tenant, p.Dependency, BreakerClosed)
 	// The dependency's jobs are claimable at once: do not leave them to
 	// the next poll.
 	c.dispatcher.WakeAll()
@@ -267,7 +266,6 @@ func (a *adminService) ForceOpenBreaker(ctx context.Context, req *leaseholdv1.Fo
 		return nil, toStatus(ctx, c.log, err)
 	}
 	c.audit(ctx, store.AuditBreakerForcedOpen, p.Dependency, map[string]any{"reason": p.Reason, "duration": p.Duration.String()})
-	c.metrics.BreakerState(p.Tenant, p.Dependency, BreakerOpen)
 	return &leaseholdv1.ForceOpenBreakerResponse{Breaker: toBreaker(b, p.Now)}, nil
 }
 

@@ -51,9 +51,9 @@
 // group committer and claims honour them, so every coordinator on the
 // database sees the same state with no messages between them. The admin
 // service only shows and operates them (list, get, reset, force-open,
-// policy, events) and audits each operator action. Transitions made by
-// reports and claims are recorded as breaker events in the store; the
-// breaker metrics are only told of operator actions.
+// policy, events) and audits each operator action. Every transition is a
+// breaker event in the store, and the store tells the coordinator's
+// metrics (store.EngineOptions.Breakers) of those it committed.
 //
 // Shutdown follows the numbered steps documented on Coordinator.Shutdown.
 package coordinator

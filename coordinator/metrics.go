@@ -348,3 +348,10 @@ func (c *Coordinator) setUpMetrics() error {
 	c.metrics = m
 	return m.observeCoordinator(c)
 }
+
+// BreakerTransition implements store.BreakerObserver: the store reports
+// every committed breaker transition, whichever coordinator's report,
+// probe or operator made it here.
+func (m *Metrics) BreakerTransition(tenant, dependency string, state store.BreakerState) {
+	m.BreakerState(tenant, dependency, string(state))
+}

@@ -32,6 +32,29 @@ type EngineOptions struct {
 	// Commits reports every group commit (a metric and a span per flush).
 	// The zero value reports nothing.
 	Commits CommitTelemetry
+	// Breakers, when set, is told of every breaker transition once it
+	// committed, whichever path made it (a report, a probe claim, an
+	// operator).
+	Breakers BreakerObserver
+}
+
+// BreakerObserver is told of committed breaker transitions: the state
+// the breaker of (tenant, dependency) is in afterwards.
+type BreakerObserver interface {
+	BreakerTransition(tenant, dependency string, state BreakerState)
+}
+
+// BreakersChanged tells the observer of the committed changes that
+// recorded a transition (a change with no event only moved the window).
+func (o EngineOptions) BreakersChanged(changes []BreakerChange) {
+	if o.Breakers == nil {
+		return
+	}
+	for _, c := range changes {
+		if len(c.Events) > 0 {
+			o.Breakers.BreakerTransition(c.Breaker.Tenant, c.Breaker.Dependency, c.Breaker.State)
+		}
+	}
 }
 
 // WithDefaults returns a copy with unset fields filled in.

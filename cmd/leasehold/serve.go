@@ -161,7 +161,7 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *
 		log.Error("cannot set up metrics", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
-	opts := store.EngineOptions{Commits: store.CommitTelemetry{Observer: cfg.Metrics, TracerProvider: cfg.TracerProvider}}
+	opts := store.EngineOptions{Commits: store.CommitTelemetry{Observer: cfg.Metrics, TracerProvider: cfg.TracerProvider}, Breakers: cfg.Metrics}
 	st, err := openStore(ctx, log, f.store, !f.noMigrate, opts)
 	if err != nil {
 		log.Error("cannot open the store", slog.String("error", err.Error()))

@@ -161,9 +161,12 @@ func (s *Store) claimProbes(ctx context.Context, p store.ClaimManyParams, queues
 		if admit, _, _ := store.DecideProbes(g, now); admit == 0 {
 			continue
 		}
-		var recs []*jobRecord
+		var (
+			recs    []*jobRecord
+			written []store.BreakerChange
+		)
 		err := s.withTx(ctx, "claim_probe", func(tx pgx.Tx) error {
-			recs = nil
+			recs, written = nil, nil
 			b, err := scanBreaker(tx.QueryRow(ctx, qLockBreaker, p.Tenant, g.Dependency))
 			if err != nil {
 				return err
@@ -199,11 +202,13 @@ func (s *Store) claimProbes(ctx context.Context, p store.ClaimManyParams, queues
 			next = store.AdmitProbes(next, toks, at)
 			first := next.EventSeq + 1
 			next.EventSeq += int64(len(events))
-			return s.writeBreakers(ctx, tx, []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}})
+			written = []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}}
+			return s.writeBreakers(ctx, tx, written)
 		})
 		if err != nil {
 			return out, err
 		}
+		s.opts.BreakersChanged(written)
 		out = append(out, recs...)
 		owners, leases = owners[len(recs):], leases[len(recs):]
 	}
@@ -265,7 +270,10 @@ func (s *Store) GetBreaker(ctx context.Context, tenant, dependency string) (*sto
 // the result with its events.
 func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey, now time.Time, create bool,
 	decide func(b store.Breaker, now time.Time) (store.Breaker, []store.NewBreakerEvent, error)) (*store.Breaker, error) {
-	var out store.Breaker
+	var (
+		out     store.Breaker
+		written []store.BreakerChange
+	)
 	err := s.withTx(ctx, op, func(tx pgx.Tx) error {
 		at, err := txNow(ctx, tx, now)
 		if err != nil {
@@ -292,11 +300,13 @@ func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey
 		next.EventSeq += int64(len(events))
 		next.UpdatedAt = at
 		out = next
-		return s.writeBreakers(ctx, tx, []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}})
+		written = []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}}
+		return s.writeBreakers(ctx, tx, written)
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.opts.BreakersChanged(written)
 	return &out, nil
 }
 

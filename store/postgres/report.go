@@ -26,15 +26,20 @@ func (s *Store) submitReports(ctx context.Context, reports []store.Report) ([]st
 // applyReports is the committer's flush: one transaction for the whole
 // batch, decided by store.ApplyReports.
 func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
-	var out []store.ReportResult
+	var (
+		out     []store.ReportResult
+		changed []store.BreakerChange
+	)
 	err := s.withLazyTx(ctx, "report", func(tx *lazyTx) error {
 		var err error
-		out, err = store.ApplyReports(ctx, reportTx{tx: tx, s: s}, reports, s.opts.Rand)
+		changed = changed[:0]
+		out, err = store.ApplyReports(ctx, reportTx{tx: tx, s: s, breakers: &changed}, reports, s.opts.Rand)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.opts.BreakersChanged(changed)
 	return out, nil
 }
 
@@ -43,6 +48,9 @@ func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]sto
 type reportTx struct {
 	tx queryer
 	s  *Store
+	// breakers, when set, collects the breaker changes Apply wrote, to be
+	// reported once the transaction commits.
+	breakers *[]store.BreakerChange
 }
 
 var _ store.ReportTx = reportTx{}
@@ -246,6 +254,9 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
 	}
 	breakers := queueBreakerChanges(b, c.Breakers)
+	if r.breakers != nil {
+		*r.breakers = append(*r.breakers, c.Breakers...)
+	}
 	for _, q := range c.Wake {
 		b.Queue(qNotify, r.s.channel, encodeNotification(q.Tenant, q.Queue))
 	}

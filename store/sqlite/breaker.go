@@ -163,7 +163,10 @@ func (s *Store) GetBreaker(ctx context.Context, tenant, dependency string) (*sto
 // transaction (see the PostgreSQL engine's).
 func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey, now time.Time, create bool,
 	decide func(b store.Breaker, now time.Time) (store.Breaker, []store.NewBreakerEvent)) (*store.Breaker, error) {
-	var out store.Breaker
+	var (
+		out     store.Breaker
+		written []store.BreakerChange
+	)
 	err := s.write(ctx, op, func(tx *writeTx) error {
 		at := s.clock(now)
 		b, err := lockBreaker(ctx, tx, k, create, at)
@@ -178,11 +181,13 @@ func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey
 		next.EventSeq += int64(len(events))
 		next.UpdatedAt = at
 		out = next
-		return writeBreakers(ctx, tx, []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}})
+		written = []store.BreakerChange{{Breaker: next, FirstSeq: first, Events: events, Now: at}}
+		return writeBreakers(ctx, tx, written)
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.opts.BreakersChanged(written)
 	return &out, nil
 }
 

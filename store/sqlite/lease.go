@@ -45,9 +45,12 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		return nil, s.interpret(ctx, "claim", err)
 	}
 	slots := store.ClaimSlots(p.Waiters)
-	var claimed []store.ClaimedJob
+	var (
+		claimed []store.ClaimedJob
+		written []store.BreakerChange
+	)
 	err = s.write(ctx, "claim", func(tx *writeTx) error {
-		claimed = nil
+		claimed, written = nil, nil
 		now := s.clock(p.Now)
 		type candidate struct {
 			id, queue, key string
@@ -213,11 +216,13 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		if err := addRateStarts(ctx, tx, p.Tenant, policies, windows, claimed); err != nil {
 			return err
 		}
+		written = probes
 		return writeBreakers(ctx, tx, probes)
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.opts.BreakersChanged(written)
 	return claimed, nil
 }
 

@@ -24,15 +24,20 @@ func (s *Store) submitReports(ctx context.Context, reports []store.Report) ([]st
 // applyReports is the committer's flush: one write transaction for the
 // whole batch, decided by store.ApplyReports.
 func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
-	var out []store.ReportResult
+	var (
+		out     []store.ReportResult
+		changed []store.BreakerChange
+	)
 	err := s.write(ctx, "report", func(tx *writeTx) error {
 		var err error
-		out, err = store.ApplyReports(ctx, reportTx{tx: tx, s: s}, reports, s.opts.Rand)
+		changed = changed[:0]
+		out, err = store.ApplyReports(ctx, reportTx{tx: tx, s: s, breakers: &changed}, reports, s.opts.Rand)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.opts.BreakersChanged(changed)
 	return out, nil
 }
 
@@ -42,6 +47,9 @@ func (s *Store) applyReports(ctx context.Context, reports []store.Report) ([]sto
 type reportTx struct {
 	tx *writeTx
 	s  *Store
+	// breakers, when set, collects the breaker changes Apply wrote, to be
+	// reported once the transaction commits.
+	breakers *[]store.BreakerChange
 }
 
 var _ store.ReportTx = reportTx{}
@@ -203,6 +211,9 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	}
 	if err := writeBreakers(ctx, r.tx, c.Breakers); err != nil {
 		return err
+	}
+	if r.breakers != nil {
+		*r.breakers = append(*r.breakers, c.Breakers...)
 	}
 	r.tx.wake = append(r.tx.wake, c.Wake...)
 	return nil

@@ -248,6 +248,12 @@ func testBreakerProbes(t *testing.T, h Harness) {
 	if got := breakerEventTypes(e.breakerEvents(tenantA, dependency)); !slices.Equal(got, want) {
 		t.Fatalf("breaker events %v, want %v", got, want)
 	}
+	// EngineOptions.Breakers heard of each transition after its commit.
+	d := dependency + ":"
+	wantSeen := []string{d + "closed", d + "open", d + "half_open", d + "open", d + "half_open", d + "closed"}
+	if got := e.f.observed(); !slices.Equal(got, wantSeen) {
+		t.Fatalf("the breaker observer saw %v, want %v", got, wantSeen)
+	}
 }
 
 func testBreakerProbesConcurrent(t *testing.T, h Harness) {

@@ -60,6 +60,24 @@ type faults struct {
 	// onQueued, when set, is told how many calls wait in a committer
 	// (whenQueued).
 	onQueued atomic.Pointer[func(string, int)]
+	// transitions records what EngineOptions.Breakers was told, as
+	// "dependency:state"; transitionsMu guards it.
+	transitionsMu sync.Mutex
+	transitions   []string
+}
+
+// BreakerTransition implements store.BreakerObserver.
+func (f *faults) BreakerTransition(_, dependency string, state store.BreakerState) {
+	f.transitionsMu.Lock()
+	defer f.transitionsMu.Unlock()
+	f.transitions = append(f.transitions, dependency+":"+string(state))
+}
+
+// observed returns the breaker transitions reported so far.
+func (f *faults) observed() []string {
+	f.transitionsMu.Lock()
+	defer f.transitionsMu.Unlock()
+	return slices.Clone(f.transitions)
 }
 
 // whenQueued returns a channel closed once at least n items wait in the
@@ -105,6 +123,7 @@ func (f *faults) options() store.EngineOptions {
 			}
 			return store.NewID()
 		},
+		Breakers: f,
 		Queued: func(committer string, n int) {
 			if fn := f.onQueued.Load(); fn != nil {
 				(*fn)(committer, n)
