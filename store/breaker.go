@@ -570,6 +570,24 @@ func DecideProbes(b Breaker, now time.Time) (admit int, next Breaker, events []N
 	return max(int(b.Policy.HalfOpenProbes)-len(b.Probes), 0), b, events
 }
 
+// ForgetProbe frees the slot of a probe that ended without an outcome
+// (released, cancelled by its holder, its lease expired, or a failure
+// with a code the policy does not count): half-open may admit another at
+// once. It reports whether tok was a probe of b.
+func ForgetProbe(b Breaker, tok LeaseToken) (Breaker, bool) {
+	i := slices.IndexFunc(b.Probes, func(p BreakerProbe) bool {
+		return p.JobID == tok.JobID && p.Generation == tok.Generation
+	})
+	if i < 0 {
+		return b, false
+	}
+	b.Probes = slices.Delete(slices.Clone(b.Probes), i, i+1)
+	if len(b.Probes) == 0 {
+		b.Probes = nil
+	}
+	return b, true
+}
+
 // AdmitProbes records the jobs a claim took as probes of b at now.
 func AdmitProbes(b Breaker, claimed []LeaseToken, now time.Time) Breaker {
 	b.Probes = slices.Clone(b.Probes)

@@ -366,16 +366,17 @@ func policiesNeeded(reports []Report, held map[int]Held) []QueueRef {
 	return out
 }
 
-// breakersNeeded lists (sorted, distinct) the breakers the held reports
-// are outcomes for: Completes and Retries of jobs that name a dependency.
-// Retries with uncounted codes are among them too, since their retry
-// deadline is credited with the breaker's holds (creditHeld).
+// breakersNeeded lists (sorted, distinct) the breakers of the jobs the
+// held reports end: Completes and Retries are outcomes (Retries with
+// uncounted codes too, since their retry deadline is credited with the
+// breaker's holds: creditHeld), and a Release or holder Cancel of a probe
+// frees its slot (foldOutcome).
 func breakersNeeded(reports []Report, held map[int]Held) []BreakerKey {
 	seen := map[BreakerKey]bool{}
 	var out []BreakerKey
 	for i, r := range reports {
 		h, ok := held[i]
-		if !ok || h.Job.Dependency == "" || (r.Kind != ReportComplete && r.Kind != ReportRetry) {
+		if !ok || h.Job.Dependency == "" || r.Kind == ReportRenew {
 			continue
 		}
 		k := BreakerKey{Tenant: r.Tenant, Dependency: h.Job.Dependency}
@@ -418,11 +419,30 @@ func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*Breake
 	if !ok {
 		return false
 	}
-	failed := r.Kind == ReportRetry
-	if failed && !b.Policy.Counts(r.Error) {
-		return false
+	var (
+		next   Breaker
+		events []NewBreakerEvent
+	)
+	switch failed := r.Kind == ReportRetry; {
+	case r.Kind == ReportRelease || r.Kind == ReportCancel:
+		if next, ok = ForgetProbe(b, r.Token); !ok {
+			return false
+		}
+	case failed && !b.Policy.Counts(r.Error):
+		if next, ok = ForgetProbe(b, r.Token); !ok {
+			return false
+		}
+	default:
+		next, events = DecideBreakerOutcome(b, r.Token, failed, h.Now)
 	}
-	next, events := DecideBreakerOutcome(b, r.Token, failed, h.Now)
+	recordBreaker(breakers, changed, k, b, next, events, h.Now)
+	return b.State != BreakerClosed && next.State == BreakerClosed
+}
+
+// recordBreaker keeps next as the running state of breaker k (b before
+// the change) and accumulates the change and its events in changed.
+func recordBreaker(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*BreakerChange, k BreakerKey, b, next Breaker,
+	events []NewBreakerEvent, now time.Time) {
 	c, ok := changed[k]
 	if !ok {
 		c = &BreakerChange{FirstSeq: b.EventSeq + 1}
@@ -430,9 +450,8 @@ func foldOutcome(breakers map[BreakerKey]Breaker, changed map[BreakerKey]*Breake
 	}
 	next.EventSeq += int64(len(events))
 	breakers[k] = next
-	c.Breaker, c.Now = next, h.Now
+	c.Breaker, c.Now = next, now
 	c.Events = append(c.Events, events...)
-	return b.State != BreakerClosed && next.State == BreakerClosed
 }
 
 // answerEnded answers report r about a job that an earlier report of the
@@ -611,6 +630,8 @@ func renamed(err error, prefix string) error {
 // ReapTx is what ending expired leases needs from an engine's write
 // transaction.
 type ReapTx interface {
+	// LockBreakers is ReportTx.LockBreakers.
+	LockBreakers(ctx context.Context, keys []BreakerKey) (map[BreakerKey]Breaker, error)
 	// LockExpired locks up to limit leased jobs, across tenants, whose
 	// lease expired at now (zero: the store's clock), earliest first,
 	// skipping rows another transaction holds, so that several reapers
@@ -635,6 +656,27 @@ func Reap(ctx context.Context, tx ReapTx, p ReapParams) (ReapResult, error) {
 	if err != nil {
 		return ReapResult{}, err
 	}
+	// The breakers of expired jobs that name a dependency: their held
+	// time is credited to the retry deadline, and an expired probe frees
+	// its slot. Locked after the jobs, as everywhere.
+	var (
+		breakers map[BreakerKey]Breaker
+		changed  = map[BreakerKey]*BreakerChange{}
+		keys     []BreakerKey
+		seen     = map[BreakerKey]bool{}
+	)
+	for _, h := range held {
+		if k := (BreakerKey{h.Job.Tenant, h.Job.Dependency}); k.Dependency != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		slices.SortFunc(keys, compareBreakerKeys)
+		if breakers, err = tx.LockBreakers(ctx, keys); err != nil {
+			return ReapResult{}, err
+		}
+	}
 	var (
 		res     ReapResult
 		changes Changes
@@ -643,7 +685,14 @@ func Reap(ctx context.Context, tx ReapTx, p ReapParams) (ReapResult, error) {
 	for _, h := range held {
 		j := h.Job
 		tok := LeaseToken{JobID: j.ID, Generation: j.LeaseGeneration, WorkerID: j.LeaseOwner}
-		t := DecideExpiry(h)
+		t := DecideExpiry(creditHeld(h, breakers))
+		if k := (BreakerKey{j.Tenant, j.Dependency}); k.Dependency != "" {
+			if b, ok := breakers[k]; ok {
+				if next, forgot := ForgetProbe(b, tok); forgot {
+					recordBreaker(breakers, changed, k, b, next, nil, h.Now)
+				}
+			}
+		}
 		changes.Leaves = append(changes.Leaves, leaveOf(h, tok, t, true))
 		res.Jobs = append(res.Jobs, t.Apply(j, h.Now))
 		if q := (QueueRef{j.Tenant, j.Queue}); t.Requeued() && !woken[q] {
@@ -652,6 +701,9 @@ func Reap(ctx context.Context, tx ReapTx, p ReapParams) (ReapResult, error) {
 		}
 	}
 	changes.Wake = res.Requeued
+	for _, k := range slices.SortedFunc(maps.Keys(changed), compareBreakerKeys) {
+		changes.Breakers = append(changes.Breakers, *changed[k])
+	}
 	if len(changes.Leaves) > 0 {
 		if err := tx.Apply(ctx, changes); err != nil {
 			return ReapResult{}, err

@@ -23,6 +23,8 @@ func breakerTests() group {
 		{"force-open holds jobs until reset, and both are recorded as events", testBreakerForceOpenReset},
 		{"time held by an open breaker does not spend a job's retry deadline", testBreakerCreditsDeadline},
 		{"a probe that never reports frees its slot after the probe timeout", testBreakerProbeTimeout},
+		{"a released probe frees its slot at once", testBreakerProbeReleased},
+		{"the reaper credits held time and frees an expired probe's slot", testBreakerReaper},
 		{"breaker calls reject bad input and unknown breakers", testBreakerValidation},
 	}}
 }
@@ -468,4 +470,52 @@ func jsonHas(data, key, want string) bool {
 	}
 	got, ok := m[key].(string)
 	return ok && got == want
+}
+
+func testBreakerProbeReleased(t *testing.T, h Harness) {
+	e := setup(t, h)
+	e.tripBreaker(tenantA, "pay")
+	e.depJobs(tenantA, "pay", 5, at(11*time.Second))
+	due := at(10*time.Second + time.Minute)
+	probes := e.claim(tenantA, workerB, "pay", 10, lease, due)
+	if len(probes) != 2 {
+		t.Fatalf("half-open admitted %d, want 2", len(probes))
+	}
+	if _, err := e.s.Release(e.ctx, store.ReleaseParams{Tenant: tenantA, Token: probes[0].Token, Now: due.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.breaker(tenantA, dependency); b.State != store.BreakerHalfOpen || len(b.Probes) != 1 {
+		t.Fatalf("after a probe was released: %s with %d probes out, want half_open with 1", b.State, len(b.Probes))
+	}
+	if got := e.claim(tenantA, workerB, "pay", 10, lease, due.Add(2*time.Second)); len(got) != 1 {
+		t.Fatalf("after a probe was released %d jobs were admitted, want exactly 1", len(got))
+	}
+}
+
+func testBreakerReaper(t *testing.T, h Harness) {
+	e := setup(t, h)
+	pol := store.DefaultQueuePolicy("pay")
+	pol.Retry.TotalRetryDeadline = 10 * time.Minute
+	pol.Retry.JitterFraction = 0
+	e.setPolicy(tenantA, pol)
+	p := breakerPolicy()
+	p.WindowSize, p.MinimumVolume, p.HalfOpenProbes = 1, 1, 1
+	p.OpenDuration, p.MaxOpenDuration = time.Hour, 2*time.Hour
+	e.setBreakerPolicy(tenantA, p)
+	j := e.depJobs(tenantA, "pay", 1, base)[0]
+	c := e.mustClaim(tenantA, workerA, "pay", j.ID, at(time.Second))
+	e.retry(tenantA, c.Token, err503, 0, at(2*time.Second))
+	// The probe's worker dies: its lease expires an hour past the job's
+	// own 10-minute budget, most of it spent held by the breaker.
+	e.mustClaim(tenantA, workerA, "pay", j.ID, at(time.Hour+2*time.Second))
+	res, err := e.s.ReapExpired(e.ctx, store.ReapParams{Now: at(time.Hour + 2*time.Second + lease + time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != 1 || res.Jobs[0].State != store.JobStateQueued {
+		t.Fatalf("reaped %+v, want the probe queued again (its held hour credited), not dead", res.Jobs)
+	}
+	if b := e.breaker(tenantA, dependency); b.State != store.BreakerHalfOpen || len(b.Probes) != 0 {
+		t.Fatalf("after the probe's lease expired: %s with %d probes out, want half_open with none", b.State, len(b.Probes))
+	}
 }
