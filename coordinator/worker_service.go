@@ -22,7 +22,7 @@ const APIVersion = "leasehold.v1"
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
 	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
-	"circuit_breakers",
+	"circuit_breakers", "key_limits",
 }
 
 // workerService is the worker API: thin shells over the store, plus the

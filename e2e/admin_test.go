@@ -57,8 +57,8 @@ func TestPausedQueuesHandOutNothingUntilResumed(t *testing.T) {
 
 		v, err := c.workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
 		wantEngine := map[bool]string{false: "sqlite", true: "postgres"}[pg]
-		if err != nil || v.GetStoreEngine() != wantEngine || v.GetServerTime() == nil || !slices.Contains(v.GetCapabilities(), "circuit_breakers") {
-			t.Fatalf("GetVersion = %v, %v; want the circuit_breakers capability", v, err)
+		if err != nil || v.GetStoreEngine() != wantEngine || v.GetServerTime() == nil || !slices.Contains(v.GetCapabilities(), "circuit_breakers") || !slices.Contains(v.GetCapabilities(), "key_limits") {
+			t.Fatalf("GetVersion = %v, %v; want the circuit_breakers and key_limits capabilities", v, err)
 		}
 	})
 }
