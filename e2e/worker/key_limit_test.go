@@ -35,20 +35,28 @@ func TestKeyLimitHoldsAcrossCoordinators(t *testing.T) {
 		most     = map[string]int{}
 		finished int
 	)
-	export := func(_ context.Context, j *worker.Job) ([]byte, error) {
+	export := func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		key := string(j.Payload)
 		mu.Lock()
 		running[key]++
 		most[key] = max(most[key], running[key])
 		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running[key]--
+			mu.Unlock()
+		}()
 		// The work itself: long enough that claims on both coordinators
 		// overlap it.
-		time.Sleep(15 * time.Millisecond)
+		select {
+		case <-time.After(15 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
 		mu.Lock()
-		running[key]--
 		finished++
 		mu.Unlock()
-		return nil, nil
+		return []byte(`"exported"`), nil
 	}
 	h.start(worker.Config{WorkerID: "exporter-1", Queues: []string{queue}, Capacity: 8},
 		func(w *worker.Worker) { w.Handle("export", export) })
