@@ -23,6 +23,11 @@ const (
 
 	qLockBreaker = `SELECT ` + breakerColumns + ` FROM breakers WHERE tenant = $1 AND dependency = $2 FOR UPDATE`
 
+	// qTryLockBreaker is qLockBreaker for a probe claim: while another
+	// claimer admits probes (or a report batch folds outcomes in), this
+	// round leaves the breaker to it instead of queueing behind it.
+	qTryLockBreaker = qLockBreaker + ` SKIP LOCKED`
+
 	// qGateBreakers reads the tenant's breakers that are not closed (the
 	// partial index holds only those) with the instant they were read at
 	// ($2, NULL: the database clock), pipelined with the claim that skips
@@ -167,7 +172,10 @@ func (s *Store) claimProbes(ctx context.Context, p store.ClaimManyParams, queues
 		)
 		err := s.withTx(ctx, "claim_probe", func(tx pgx.Tx) error {
 			recs, written = nil, nil
-			b, err := scanBreaker(tx.QueryRow(ctx, qLockBreaker, p.Tenant, g.Dependency))
+			b, err := scanBreaker(tx.QueryRow(ctx, qTryLockBreaker, p.Tenant, g.Dependency))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // held by another claimer or a report batch: the next round looks again
+			}
 			if err != nil {
 				return err
 			}
