@@ -120,7 +120,14 @@ func (p BreakerPolicy) WithDefaults() BreakerPolicy {
 		p.WindowSize = BreakerWindowSizeDefault
 	}
 	p.CountedErrorCodes = slices.Clone(p.CountedErrorCodes)
-	p.MinimumVolume = cmp.Or(p.MinimumVolume, BreakerMinimumVolumeDefault)
+	if p.MinimumVolume == 0 {
+		// A count window smaller than the default volume could never
+		// reach it: the whole window is the volume then.
+		p.MinimumVolume = BreakerMinimumVolumeDefault
+		if p.WindowSize > 0 {
+			p.MinimumVolume = min(p.MinimumVolume, p.WindowSize)
+		}
+	}
 	p.FailureRateThreshold = cmp.Or(p.FailureRateThreshold, BreakerThresholdDefault)
 	p.OpenDuration = cmp.Or(p.OpenDuration, BreakerOpenDurationDefault)
 	p.MaxOpenDuration = cmp.Or(p.MaxOpenDuration, max(BreakerMaxOpenDefault, p.OpenDuration))

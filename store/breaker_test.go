@@ -122,3 +122,14 @@ func TestDecideQueueRoom(t *testing.T) {
 		t.Fatalf("window of 2.5s is %s", got)
 	}
 }
+
+func TestBreakerPolicyDefaultsFitASmallWindow(t *testing.T) {
+	t.Parallel()
+	p := BreakerPolicy{Dependency: "d", WindowSize: 4}.WithDefaults()
+	if p.MinimumVolume != 4 || p.Validate() != nil {
+		t.Fatalf("window of 4 with no volume: volume %d, %v", p.MinimumVolume, p.Validate())
+	}
+	if p := DefaultBreakerPolicy("d"); p.MinimumVolume != BreakerMinimumVolumeDefault || p.WindowSize != BreakerWindowSizeDefault {
+		t.Fatalf("default policy %+v", p)
+	}
+}
