@@ -2025,7 +2025,7 @@ type BreakerPolicy struct {
 	// and 24h.
 	WindowDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=window_duration,json=windowDuration,proto3" json:"window_duration,omitempty"`
 	// Outcomes the window needs before its rate is judged, in [1, 10000]
-	// and at most window_size; default 10.
+	// and at most window_size; default 10, or window_size when smaller.
 	MinimumVolume int32 `protobuf:"varint,5,opt,name=minimum_volume,json=minimumVolume,proto3" json:"minimum_volume,omitempty"`
 	// The breaker opens when failures / outcomes reaches this, in (0, 1];
 	// default 0.5.
