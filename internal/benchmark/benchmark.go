@@ -100,6 +100,9 @@ type runFlags struct {
 	workerProcs int
 	capacity    int
 	verbose     bool
+	// dependency, when set, is every job's dependency: the run then pays
+	// for its (closed) circuit breaker on every report batch.
+	dependency string
 }
 
 func parseRunFlags(mode string, args []string, stderr io.Writer) (runFlags, error) {
@@ -111,6 +114,7 @@ func parseRunFlags(mode string, args []string, stderr io.Writer) (runFlags, erro
 	fs.IntVar(&f.workerProcs, "worker-procs", workerProcsDefault, "worker processes")
 	fs.IntVar(&f.capacity, "capacity", capacityDefault, "handlers per worker process (worker.Config.Capacity)")
 	fs.BoolVar(&f.verbose, "v", false, "print the coordinator's and workers' logs after the run")
+	fs.StringVar(&f.dependency, "dependency", "", "every job's dependency (its circuit breaker stays closed; measures what a breaker costs)")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}

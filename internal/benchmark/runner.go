@@ -309,7 +309,7 @@ func (r *runner) where() string {
 func (r *runner) createBatch(ctx context.Context, n int) error {
 	reqs := make([]*leaseholdv1.CreateJobRequest, n)
 	for i := range reqs {
-		reqs[i] = &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: measure.QueueName, Kind: measure.JobKind}}
+		reqs[i] = &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: measure.QueueName, Kind: measure.JobKind, Dependency: r.flags.dependency}}
 	}
 	ctx, cancel := context.WithTimeout(ctx, createCallLimit)
 	defer cancel()
