@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -133,4 +134,22 @@ func freeAddr() (string, error) {
 	}
 	defer lis.Close()
 	return lis.Addr().String(), nil
+}
+
+// httpListenPattern finds the HTTP address serve logs once it listens
+// (it was started with port 0).
+var httpListenPattern = regexp.MustCompile(`msg="leasehold http serving[^"]*" http_listen=(\S+)`)
+
+// httpAddr returns the coordinator's HTTP address (metrics), read from
+// its log; serve logs it before it serves gRPC, so by SERVING it is there.
+func (c *coordinatorProcess) httpAddr() (string, error) {
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		return "", err
+	}
+	m := httpListenPattern.FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("the coordinator's log does not say where its HTTP port is (log: %s)", c.logPath)
+	}
+	return string(m[1]), nil
 }

@@ -62,6 +62,12 @@ func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.setUp(ctx); err != nil {
 		return err
 	}
+	switch r.flags.opts.Mode {
+	case modeIdle:
+		return r.idle(ctx)
+	case modeRecovery:
+		return r.recovery(ctx)
+	}
 	var run *measure.Run
 	switch r.flags.opts.Mode {
 	case measure.ModeDrain:
@@ -89,7 +95,13 @@ func (r *runner) setUp(ctx context.Context) error {
 	r.dir = dir
 	var storeArgs []string
 	if r.flags.engine == enginePostgres {
-		r.schema, err = measure.CreateSchema(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		if r.flags.opts.Mode == modeIdle {
+			// Its figure is the commits of a system doing nothing, which
+			// other sessions on a shared database would swamp.
+			r.schema, err = measure.CreateDatabase(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		} else {
+			r.schema, err = measure.CreateSchema(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		}
 		if err != nil {
 			return err
 		}
@@ -299,6 +311,9 @@ func (r *runner) newRun() *measure.Run {
 
 // where names the run's database for the human lines.
 func (r *runner) where() string {
+	if r.schema != nil && r.schema.Database {
+		return "database " + r.schema.Name
+	}
 	if r.schema != nil {
 		return "schema " + r.schema.Name
 	}
