@@ -502,9 +502,9 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if forged.WorkerId != "holder-1" || forged.LeaseGeneration != 1 {
 		t.Fatalf("the reader sees lease %+v", seen.GetJob().GetLease())
 	}
-	real := claimed.GetJobs()[0].GetToken()
-	if len(real.GetSecret()) != store.LeaseKeyLen || proto.Equal(real, forged) {
-		t.Fatalf("the claimer's token %v carries no secret", real)
+	claimedTok := claimed.GetJobs()[0].GetToken()
+	if len(claimedTok.GetSecret()) != store.LeaseKeyLen || proto.Equal(claimedTok, forged) {
+		t.Fatalf("the claimer's token %v carries no secret", claimedTok)
 	}
 	_, err = leaseholdv1.NewWorkerServiceClient(e.dial(readerKey)).Complete(ctx, &leaseholdv1.CompleteRequest{Token: forged, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
@@ -521,18 +521,31 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonLeaseSecretMismatch {
 		t.Errorf("another worker principal completing with a guessed secret: %v, want PERMISSION_DENIED %s", err, ReasonLeaseSecretMismatch)
 	}
-	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("forged")})
+	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: claimedTok, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
 		t.Errorf("another worker principal completing with the stolen token as holder-1: %v, want PERMISSION_DENIED", err)
 	}
 	if _, err := thief.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "holder-1", Queues: []string{"emails"}}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("another principal claiming as holder-1: %v, want PERMISSION_DENIED", err)
 	}
+	// Nor may it take over holder-1's stream: its Connect is refused, and
+	// holder-1 keeps its lease.
+	takeover, err := thief.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := takeover.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+		WorkerId: "holder-1", Queues: []string{"emails"}, Capacity: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := takeover.Recv(); status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
+		t.Errorf("another principal connecting as holder-1: %v, want PERMISSION_DENIED", err)
+	}
 	j, err := e.st.GetJob(ctx, tenantA, jobID)
 	if err != nil || j.State != store.JobStateLeased || len(j.Result) != 0 {
 		t.Fatalf("after the forgeries the job is %+v (%v), want still leased", j, err)
 	}
-	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("real")})
+	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: claimedTok, Result: []byte("real")})
 	if err != nil || done.GetJob().GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED {
 		t.Errorf("the holder completing: %v", err)
 	}

@@ -11,8 +11,8 @@ import (
 // framework, so this command passes its arguments through.
 func (c *cli) benchCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:                "bench drain|combined|latency|compare [flags]",
-		Short:              "Benchmark drain, combined and latency runs; compare with River",
+		Use:                "bench drain|combined|latency|idle|recovery|compare [flags]",
+		Short:              "Benchmark runs (drain, combined, latency; idle streams, recovery after a kill); compare with River",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return exitStatus(benchmark.Main(cmd.Context(), args, c.stdout, c.stderr))

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"cmp"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ const (
 	PollMaxIntervalDefault = 5 * time.Second
 	ConcurrencyDefault     = 4
 	CreditsMaxDefault      = 10_000
+	CooldownDefault        = 2 * time.Millisecond
 	// releaseTimeout bounds the release of undeliverable leases.
 	releaseTimeout = 5 * time.Second
 	// resubscribeDelay is the pause before subscribing again to a notifier
@@ -48,6 +48,16 @@ type Config struct {
 	// CreditsMax caps the credits one waiter may hold when it declares no
 	// capacity. Default CreditsMaxDefault (10,000).
 	CreditsMax int
+	// Cooldown is the least time between a round that delivered leases and
+	// the next round. While workers are busy their credits come back one
+	// finished job at a time; without a pause each would cost a claim (a
+	// statement and a commit) of its own, and small claims cost the
+	// database more per job than large ones. With it, the credits of a
+	// cooldown gather into one claim, as River's FetchCooldown does. An
+	// idle dispatcher (the last round delivered nothing) does not wait, so
+	// a job created while workers wait is still claimed at once. Default
+	// CooldownDefault (2ms); negative: no cooldown.
+	Cooldown time.Duration
 	// Leased, when set, is told of every lease delivered (the lease
 	// reaper uses it to wake at the earliest expiry).
 	Leased func(jobs []store.ClaimedJob)
@@ -121,9 +131,10 @@ func New(cfg Config) *Dispatcher {
 	cfg.PollMaxInterval = max(cmp.Or(cfg.PollMaxInterval, PollMaxIntervalDefault), cfg.PollInterval)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, ConcurrencyDefault)
 	cfg.CreditsMax = cmp.Or(cfg.CreditsMax, CreditsMaxDefault)
+	cfg.Cooldown = cmp.Or(cfg.Cooldown, CooldownDefault)
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{
 		cfg:            cfg,
@@ -317,6 +328,13 @@ func (d *Dispatcher) loop(ctx context.Context) {
 			d.mu.Unlock()
 		}
 		found := d.runOnce(ctx)
+		if found > 0 && d.cfg.Cooldown > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d.cfg.Cooldown):
+			}
+		}
 		// Back off while polls find nothing; anything found or any
 		// explicit wake-up means activity, so poll promptly again.
 		if polled && found == 0 {
@@ -469,13 +487,11 @@ func (d *Dispatcher) claimFor(ctx context.Context, g *group) int {
 // claimLayer claims once for waiters with distinct worker ids.
 func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int {
 	asks := make([]store.ClaimWaiter, 0, len(ws))
-	var claiming []*Waiter
 	asked := map[*Waiter]int{}
 	d.mu.Lock()
 	for _, w := range ws {
 		if n := d.ask(w); n > 0 {
 			asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: n, LeaseDuration: w.LeaseDuration})
-			claiming = append(claiming, w)
 			asked[w] = n
 		}
 	}

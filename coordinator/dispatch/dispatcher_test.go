@@ -187,3 +187,49 @@ func TestNotifierWakesIdleWaitersWithoutPolling(t *testing.T) {
 		t.Fatal("Add after Stop registered a waiter")
 	}
 }
+
+// While busy, credits that come back during the cooldown after a round
+// that delivered go out in one claim; an idle dispatcher does not wait.
+func TestCreditsReturnedDuringTheCooldownShareOneClaim(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	type round struct{ delivered int }
+	rounds := make(chan round, 100)
+	const cooldown = 500 * time.Millisecond
+	d := New(Config{Store: st, Cooldown: cooldown, PollInterval: time.Hour,
+		Round: func(_ time.Duration, n int) { rounds <- round{n} }})
+	col := newCollector()
+	w := &Waiter{Tenant: tenant, Worker: "w", Queues: []string{"q"}, Deliver: col.deliver}
+	ctx := t.Context()
+	d.Start(ctx)
+	defer d.Stop()
+	d.Add(w, 1)
+	if r := <-rounds; r.delivered != 0 {
+		t.Fatalf("the first round, on an empty queue, delivered %d", r.delivered)
+	}
+	// Idle: a new job is claimed at once, not after a cooldown.
+	create(t, st, 1)
+	start := time.Now()
+	d.Wake(tenant, "q")
+	if r := <-rounds; r.delivered != 1 {
+		t.Fatalf("the round after the create delivered %d, want 1", r.delivered)
+	}
+	if waited := time.Since(start); waited >= cooldown {
+		t.Fatalf("an idle dispatcher took %s to claim a new job; it waited out the cooldown", waited)
+	}
+	// Busy: five credits trickle back during the cooldown.
+	create(t, st, 10)
+	for range 5 {
+		d.AddCredits(w, 1)
+	}
+	r := <-rounds
+	if r.delivered != 5 {
+		t.Fatalf("after the cooldown one round delivered %d, want the 5 credits' worth at once", r.delivered)
+	}
+	if waited := time.Since(start); waited < cooldown {
+		t.Fatalf("the next round came %s after a round that delivered, before the cooldown of %s", waited, cooldown)
+	}
+	if got := col.count(); got != 6 {
+		t.Fatalf("collected %d leases, want 6", got)
+	}
+}

@@ -17,6 +17,12 @@
 // drop by what was delivered, so a waiter never receives more leases than
 // it was granted.
 //
+// After a round that delivered leases the next one waits Config.Cooldown
+// (2ms): busy workers return credits one finished job at a time, and the
+// pause gathers them into one claim instead of a claim (and a commit) per
+// credit. A round that found nothing does not wait, so a job created while
+// workers wait is claimed at once.
+//
 // Idle costs a constant amount of store work: with no ready jobs, a poll
 // is one claim per group, however many waiters.
 //

@@ -19,6 +19,10 @@
 //     the coordinator acknowledged the Complete, which it does only after
 //     the commit) bounds it from above.
 //
+// Two modes are Leasehold's own, outside measure and compare: idle (what
+// idle worker streams cost the coordinator, idle.go) and recovery (how
+// soon a killed worker's jobs start elsewhere, recovery.go).
+//
 // Compare (`leasehold bench compare`) alternates Leasehold and River run by
 // run and prints per mode and metric the median of each and their ratio.
 //
@@ -66,6 +70,12 @@ Usage:
   leasehold bench latency  [flags]   single creates at --rate on an idle system: latency percentiles
   leasehold bench compare  [flags]   alternate Leasehold and River runs, print medians and ratios
 
+Leasehold only (River has no equivalent; compare does not run them):
+  leasehold bench idle     [flags]   --streams idle Connect streams on an empty queue: the
+                                     coordinator's commits/s, CPU and memory per stream
+  leasehold bench recovery [flags]   a worker holding --jobs is killed with SIGKILL: how long
+                                     until an idle worker starts each of them
+
 Each run prints human-readable lines and one "RESULT key=value ..." line.
 Run "leasehold bench MODE -h" for the flags.
 `
@@ -78,7 +88,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
-	case measure.ModeDrain, measure.ModeCombined, measure.ModeLatency:
+	case measure.ModeDrain, measure.ModeCombined, measure.ModeLatency, modeIdle, modeRecovery:
 		return mainRun(ctx, args[0], args[1:], stdout, stderr)
 	case "compare":
 		return mainCompare(ctx, args[1:], stdout, stderr)
@@ -103,9 +113,15 @@ type runFlags struct {
 	// dependency, when set, is every job's dependency: the run then pays
 	// for its (closed) circuit breaker on every report batch.
 	dependency string
+	// idle and recovery are the flags of those modes only.
+	idle     idleFlags
+	recovery recoveryFlags
 }
 
 func parseRunFlags(mode string, args []string, stderr io.Writer) (runFlags, error) {
+	if mode == modeIdle || mode == modeRecovery {
+		return parseOwnFlags(mode, args, stderr)
+	}
 	var f runFlags
 	fs := flag.NewFlagSet("leasehold bench "+mode, flag.ContinueOnError)
 	fs.SetOutput(stderr)

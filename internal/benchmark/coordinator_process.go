@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ func startCoordinator(bin, dir string, args ...string) (*coordinatorProcess, err
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own descriptor
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	// The HTTP port (metrics, probes) gets a free port too, so that
 	// benchmarks never collide with each other or a running coordinator.
 	args = append([]string{"serve", "--listen", addr, "--http-listen", "127.0.0.1:0",
@@ -91,7 +92,7 @@ func (c *coordinatorProcess) waitServing(ctx context.Context, conn *grpc.ClientC
 	}
 	select {
 	case <-c.exited:
-		return fmt.Errorf("the coordinator exited before serving (%v); its log: %s", c.waitErr, c.logPath)
+		return fmt.Errorf("the coordinator exited before serving (%w); its log: %s", c.waitErr, c.logPath)
 	default:
 		return fmt.Errorf("the coordinator on %s is not SERVING: %w (log: %s)", c.addr, err, c.logPath)
 	}
@@ -101,7 +102,7 @@ func (c *coordinatorProcess) waitServing(ctx context.Context, conn *grpc.ClientC
 func (c *coordinatorProcess) stop() error {
 	select {
 	case <-c.exited:
-		return fmt.Errorf("the coordinator had exited already (%v); its log: %s", c.waitErr, c.logPath)
+		return fmt.Errorf("the coordinator had exited already (%w); its log: %s", c.waitErr, c.logPath)
 	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -133,4 +134,22 @@ func freeAddr() (string, error) {
 	}
 	defer lis.Close()
 	return lis.Addr().String(), nil
+}
+
+// httpListenPattern finds the HTTP address serve logs once it listens
+// (it was started with port 0).
+var httpListenPattern = regexp.MustCompile(`msg="leasehold http serving[^"]*" http_listen=(\S+)`)
+
+// httpAddr returns the coordinator's HTTP address (metrics), read from
+// its log; serve logs it before it serves gRPC, so by SERVING it is there.
+func (c *coordinatorProcess) httpAddr() (string, error) {
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		return "", err
+	}
+	m := httpListenPattern.FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("the coordinator's log does not say where its HTTP port is (log: %s)", c.logPath)
+	}
+	return string(m[1]), nil
 }

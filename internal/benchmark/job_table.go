@@ -33,6 +33,8 @@ type jobTable interface {
 	count(ctx context.Context) (total, succeeded int64, err error)
 	// rows returns every job.
 	rows(ctx context.Context) ([]jobRow, error)
+	// leaseExpiries returns when each job leased to owner loses its lease.
+	leaseExpiries(ctx context.Context, owner string) (map[string]time.Time, error)
 	close(ctx context.Context)
 }
 
@@ -42,8 +44,9 @@ const (
 	// index on both engines, so this stays cheap as finished jobs pile up.
 	qUnfinished = `SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
 	    OR EXISTS (SELECT 1 FROM jobs WHERE state = 'leased')`
-	qCount = `SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM jobs`
-	qRows  = `SELECT id, state, created_at, finished_at FROM jobs`
+	qCount         = `SELECT count(*), count(*) FILTER (WHERE state = 'succeeded') FROM jobs`
+	qRows          = `SELECT id, state, created_at, finished_at FROM jobs`
+	qLeaseExpiries = `SELECT id, lease_expires_at FROM jobs WHERE state = 'leased' AND lease_owner = $1`
 	// SQLite keeps times as unix microseconds.
 	qCountSQLite = `SELECT count(*), coalesce(sum(state = 'succeeded'), 0) FROM jobs`
 )
@@ -78,6 +81,20 @@ func (t *pgJobTable) rows(ctx context.Context) ([]jobRow, error) {
 		out = append(out, j)
 		return nil
 	}, qRows)
+	return out, err
+}
+
+func (t *pgJobTable) leaseExpiries(ctx context.Context, owner string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	err := t.m.Query(ctx, func(r pgx.Rows) error {
+		var id string
+		var at time.Time
+		if err := r.Scan(&id, &at); err != nil {
+			return err
+		}
+		out[id] = at
+		return nil
+	}, qLeaseExpiries, owner)
 	return out, err
 }
 
@@ -131,6 +148,24 @@ func (t *sqliteJobTable) rows(ctx context.Context) ([]jobRow, error) {
 			j.finished = time.UnixMicro(finished.Int64)
 		}
 		out = append(out, j)
+	}
+	return out, rs.Err()
+}
+
+func (t *sqliteJobTable) leaseExpiries(ctx context.Context, owner string) (map[string]time.Time, error) {
+	rs, err := t.db.QueryContext(ctx, qLeaseExpiries, owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[string]time.Time{}
+	for rs.Next() {
+		var id string
+		var at int64
+		if err := rs.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = time.UnixMicro(at)
 	}
 	return out, rs.Err()
 }

@@ -62,6 +62,12 @@ func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.setUp(ctx); err != nil {
 		return err
 	}
+	switch r.flags.opts.Mode {
+	case modeIdle:
+		return r.idle(ctx)
+	case modeRecovery:
+		return r.recovery(ctx)
+	}
 	var run *measure.Run
 	switch r.flags.opts.Mode {
 	case measure.ModeDrain:
@@ -89,7 +95,13 @@ func (r *runner) setUp(ctx context.Context) error {
 	r.dir = dir
 	var storeArgs []string
 	if r.flags.engine == enginePostgres {
-		r.schema, err = measure.CreateSchema(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		if r.flags.opts.Mode == modeIdle {
+			// Its figure is the commits of a system doing nothing, which
+			// other sessions on a shared database would swamp.
+			r.schema, err = measure.CreateDatabase(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		} else {
+			r.schema, err = measure.CreateSchema(ctx, r.flags.opts.DatabaseURL, "lh_bench_")
+		}
 		if err != nil {
 			return err
 		}
@@ -173,7 +185,7 @@ func (r *runner) waitDone(ctx context.Context, n int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %d handler starts (at %d): %w", n, r.progress(), context.Cause(ctx))
 		case <-r.coord.exited:
-			return fmt.Errorf("the coordinator exited during the run (%v); its log: %s", r.coord.waitErr, r.coord.logPath)
+			return fmt.Errorf("the coordinator exited during the run (%w); its log: %s", r.coord.waitErr, r.coord.logPath)
 		case <-r.notify:
 		}
 		if err := r.workersAlive(); err != nil {
@@ -201,7 +213,7 @@ func (r *runner) waitDone(ctx context.Context, n int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the last jobs to complete: %w", context.Cause(ctx))
 		case <-r.coord.exited:
-			return fmt.Errorf("the coordinator exited during the run (%v); its log: %s", r.coord.waitErr, r.coord.logPath)
+			return fmt.Errorf("the coordinator exited during the run (%w); its log: %s", r.coord.waitErr, r.coord.logPath)
 		case <-tick.C:
 		}
 		if err := r.workersAlive(); err != nil {
@@ -222,7 +234,7 @@ func (r *runner) workersAlive() error {
 	for _, p := range r.workers {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("worker %s exited during the run (%v); its log: %s", p.id, p.waitErr, p.logPath)
+			return fmt.Errorf("worker %s exited during the run (%w); its log: %s", p.id, p.waitErr, p.logPath)
 		default:
 		}
 	}
@@ -299,6 +311,9 @@ func (r *runner) newRun() *measure.Run {
 
 // where names the run's database for the human lines.
 func (r *runner) where() string {
+	if r.schema != nil && r.schema.Database {
+		return "database " + r.schema.Name
+	}
 	if r.schema != nil {
 		return "schema " + r.schema.Name
 	}

@@ -23,7 +23,9 @@ import (
 )
 
 // workerMode is the hidden mode a worker process runs:
-// `leasehold bench worker --addr ADDR --id ID --capacity N`.
+// `leasehold bench worker --addr ADDR --id ID --capacity N [--lease D]
+// [--block]`. --block makes the handler hold each job until the worker
+// stops (recovery kills such a worker with its leases held).
 //
 // Its protocol with the bench, one line each way at a time:
 //
@@ -110,20 +112,33 @@ func mainWorker(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "", "coordinator address")
 	id := fs.String("id", "", "worker id")
-	capacity := fs.Int("capacity", capacityDefault, "handlers at once")
+	var o workerOptions
+	fs.IntVar(&o.capacity, "capacity", capacityDefault, "handlers at once")
+	fs.DurationVar(&o.lease, "lease", 0, "lease duration asked for (0: the coordinator's default)")
+	fs.BoolVar(&o.block, "block", false, "handlers hold their job until the worker stops")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *addr == "" || *id == "" {
 		fmt.Fprintln(stderr, "leasehold bench worker: needs --addr and --id, and no arguments (it is started by leasehold bench)")
 		return exitUsage
 	}
+	o.addr, o.id = *addr, *id
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := runWorker(ctx, *addr, *id, *capacity, log, stdin, stdout); err != nil {
-		fmt.Fprintf(stderr, "leasehold bench worker %s: %v\n", *id, err)
+	if err := runWorker(ctx, o, log, stdin, stdout); err != nil {
+		fmt.Fprintf(stderr, "leasehold bench worker %s: %v\n", o.id, err)
 		return exitFail
 	}
 	return exitOK
 }
 
-func runWorker(ctx context.Context, addr, id string, capacity int, log *slog.Logger, stdin io.Reader, stdout io.Writer) error {
+// workerOptions are a worker process's flags.
+type workerOptions struct {
+	addr, id string
+	capacity int
+	lease    time.Duration
+	block    bool
+}
+
+func runWorker(ctx context.Context, o workerOptions, log *slog.Logger, stdin io.Reader, stdout io.Writer) error {
+	addr, id := o.addr, o.id
 	rec := &recorder{}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -140,7 +155,8 @@ func runWorker(ctx context.Context, addr, id string, capacity int, log *slog.Log
 	w, err := worker.New(conn, worker.Config{
 		WorkerID:      id,
 		Queues:        []string{measure.QueueName},
-		Capacity:      capacity,
+		Capacity:      o.capacity,
+		LeaseDuration: o.lease,
 		ShutdownGrace: workerGrace,
 		Logger:        log,
 	})
@@ -149,6 +165,10 @@ func runWorker(ctx context.Context, addr, id string, capacity int, log *slog.Log
 	}
 	w.HandleAny(func(ctx context.Context, job *worker.Job) ([]byte, error) {
 		rec.started(job.ID)
+		if o.block {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}
 		return nil, nil
 	})
 

@@ -42,15 +42,17 @@ type workerProcess struct {
 	waitErr error
 }
 
-// startWorkerProcess starts worker id against addr, its stderr in dir.
-func startWorkerProcess(bin, dir, id, addr string, capacity int, notify chan<- struct{}) (*workerProcess, error) {
+// startWorkerProcess starts worker id against addr, its stderr in dir;
+// extra are more worker flags (see workerMode).
+func startWorkerProcess(bin, dir, id, addr string, capacity int, notify chan<- struct{}, extra ...string) (*workerProcess, error) {
 	logPath := filepath.Join(dir, id+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, "bench", workerMode, "--addr", addr, "--id", id, "--capacity", strconv.Itoa(capacity))
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
+	args := append([]string{"bench", workerMode, "--addr", addr, "--id", id, "--capacity", strconv.Itoa(capacity)}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = childEnv()
 	cmd.Stderr = logFile
