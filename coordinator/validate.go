@@ -684,13 +684,10 @@ func (v validator) ForceOpenBreaker(r *leaseholdv1.ForceOpenBreakerRequest) (sto
 	if err != nil {
 		return store.ForceOpenBreakerParams{}, err
 	}
-	// The tenant is filled in by the handler; validate the rest now.
-	p := store.ForceOpenBreakerParams{Tenant: "-", Dependency: r.GetDependency(), Duration: d, Reason: r.GetReason()}
-	if err := store.ValidateForceOpen(p); err != nil {
+	if err := store.ValidateForceOpenRequest(r.GetDependency(), d, r.GetReason()); err != nil {
 		return store.ForceOpenBreakerParams{}, err
 	}
-	p.Tenant = ""
-	return p, nil
+	return store.ForceOpenBreakerParams{Dependency: r.GetDependency(), Duration: d, Reason: r.GetReason()}, nil
 }
 
 // UpdateBreakerPolicy validates an UpdateBreakerPolicyRequest and returns

@@ -701,13 +701,22 @@ type ListBreakerEventsParams struct {
 
 // ValidateForceOpen checks a ForceOpenBreakerParams.
 func ValidateForceOpen(p ForceOpenBreakerParams) error {
-	if err := ValidateBreakerRef(p.Tenant, p.Dependency); err != nil {
+	if err := ValidateTenant(p.Tenant); err != nil {
 		return err
 	}
-	if p.Duration < 0 || p.Duration > BreakerOpenDurationMax {
+	return ValidateForceOpenRequest(p.Dependency, p.Duration, p.Reason)
+}
+
+// ValidateForceOpenRequest checks what a caller asks of ForceOpenBreaker,
+// before the tenant is known.
+func ValidateForceOpenRequest(dependency string, d time.Duration, reason string) error {
+	if !ValidName(dependency) {
+		return Invalid("dependency", nameRule)
+	}
+	if d < 0 || d > BreakerOpenDurationMax {
 		return Invalid("duration", "must be between 0 (until reset) and 7 days")
 	}
-	return ValidateReason(p.Reason)
+	return ValidateReason(reason)
 }
 
 // ValidateListBreakerEvents checks a ListBreakerEventsParams.
