@@ -24,14 +24,14 @@ import (
 // Transport limits. Each is explicit so that its reason is written down
 // (grpc-go leaves several at "unlimited").
 const (
-	// recvHeadroom is added to the payload limit to get the largest request
+	// RecvHeadroom is added to the payload limit to get the largest request
 	// accepted off the wire: room for the envelope (metadata, names, ids) of
 	// a request that carries one maximal payload. A request whose payload
 	// is slightly over the limit therefore still arrives and is answered
 	// with a BadRequest naming the field, instead of a bare
 	// RESOURCE_EXHAUSTED from the transport. Batches must fit in the same
 	// budget: split large payloads over several BatchCreateJobs calls.
-	recvHeadroom = 1 << 20
+	RecvHeadroom = 1 << 20
 	// keepaliveMinTime is the most often a client may ping without a
 	// stream; more frequent pings are a misbehaving client and get the
 	// connection closed (GOAWAY "too_many_pings"). SDKs ping every 30s.
@@ -73,7 +73,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
-		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + recvHeadroom),
+		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + RecvHeadroom),
 		// Responses carry whole jobs (ListJobs pages, batches of claimed
 		// jobs), up to page size × payload limit; they are bounded by the
 		// page and batch limits rather than by a byte cap here. Clients

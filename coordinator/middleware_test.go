@@ -103,7 +103,7 @@ func TestLogsNeverCarryPayloadsOrIdempotencyKeys(t *testing.T) {
 func TestPanicBecomesInternalAndIsLoggedWithStack(t *testing.T) {
 	t.Parallel()
 	conn, logs := setup(t, nil)
-	_, err := leaseholdv1.NewJobServiceClient(conn).GetJob(context.Background(), &leaseholdv1.GetJobRequest{JobId: "j"})
+	_, err := leaseholdv1.NewJobServiceClient(conn).GetJob(context.Background(), &leaseholdv1.GetJobRequest{JobId: "0191d9c8-3f1e-7a2b-9c4d-5e6f7a8b9c0d"})
 	st := status.Convert(err)
 	if st.Code() != codes.Internal || strings.Contains(st.Message(), "secret") {
 		t.Fatalf("panic answered as %v %q", st.Code(), st.Message())

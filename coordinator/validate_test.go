@@ -215,3 +215,59 @@ func TestBatchFieldNamesPointAtTheItem(t *testing.T) {
 		t.Fatalf("err = %v; want requests[1].job.payload", err)
 	}
 }
+
+func TestExplicitZeroLeaseDurationIsInvalid(t *testing.T) {
+	zero := durationpb.New(0)
+	_, err := testValidator.Claim(&leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: zero})
+	wantInvalidField(t, err, "lease_duration")
+	// Renew and Heartbeat decode theirs with the same rule, after the
+	// tokens' secrets (which testValidator cannot verify).
+	_, err = testValidator.leaseDuration("lease_duration", zero, testValidator.defaultLease)
+	wantInvalidField(t, err, "lease_duration")
+	_, err = testValidator.Hello(&leaseholdv1.Hello{WorkerId: "w", Queues: []string{"q"}, Capacity: 1, LeaseDuration: zero})
+	wantInvalidField(t, err, "hello.lease_duration")
+
+	// Unset still means the default.
+	cr, err := testValidator.Claim(&leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}})
+	if err != nil || cr.params.LeaseDuration != 0 {
+		t.Fatalf("unset claim lease = %v, %v; want 0 (the queue's default)", cr.params.LeaseDuration, err)
+	}
+}
+
+func TestJobIDsMustBeUUIDs(t *testing.T) {
+	for _, id := range []string{"job-1", "not a uuid", "{" + store.NewID() + "}", "urn:uuid:" + store.NewID(), strings.Repeat("a", 36)} {
+		_, err := testValidator.GetJob(&leaseholdv1.GetJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+		_, err = testValidator.CancelJob(&leaseholdv1.CancelJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+		_, err = testValidator.ReplayDeadJob(&leaseholdv1.ReplayDeadJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+	}
+	if _, err := testValidator.GetJob(&leaseholdv1.GetJobRequest{JobId: store.NewID()}); err != nil {
+		t.Fatalf("a generated id is rejected: %v", err)
+	}
+}
+
+func wantInvalidField(t *testing.T, err error, field string) {
+	t.Helper()
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field != field {
+		t.Fatalf("err = %v; want an InvalidError for %s", err, field)
+	}
+}
+
+func FuzzValidateJobID(f *testing.F) {
+	for _, s := range []string{store.NewID(), "job-1", "", "00000000-0000-0000-0000-000000000000", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := jobID("job_id", id)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if len(id) != uuidLen || store.ValidateText("job_id", id, store.NameMaxLen, true) != nil {
+			t.Fatalf("accepted job id %q", id)
+		}
+	})
+}
