@@ -50,6 +50,13 @@ const (
 	// MaxConcurrentStreamsDefault bounds concurrent RPCs per client
 	// connection (HTTP/2 streams).
 	MaxConcurrentStreamsDefault = 1000
+	// ListPageBytesDefault is the byte budget of one ListJobs or
+	// ListDeadJobs page (store.PageBytesDefault, 2 MiB): under grpc-go's
+	// default 4 MiB receive limit with room for one large first job.
+	ListPageBytesDefault = store.PageBytesDefault
+	// ListPageBytesMax bounds ListPageBytes: the send limit is derived from
+	// it, and a page is held in memory while it is encoded.
+	ListPageBytesMax = 64 << 20
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -95,6 +102,11 @@ type Config struct {
 	// results. Default PayloadMaxBytesDefault (1 MiB); at most
 	// store.PayloadMaxBytes.
 	PayloadMaxBytes int
+	// ListPageBytes is the byte budget of one ListJobs or ListDeadJobs
+	// page: a page whose jobs would exceed it ends early with a
+	// next_page_token (it always holds one job). Default
+	// ListPageBytesDefault (2 MiB); at most ListPageBytesMax.
+	ListPageBytes int
 	// DefaultLeaseDuration is the lease of a Renew or stream heartbeat that
 	// names none, and the lease announced in Welcome when Hello names none.
 	// Claims without a duration use their queue policy's default. Default
@@ -182,6 +194,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.PayloadMaxBytes = cmp.Or(c.PayloadMaxBytes, PayloadMaxBytesDefault)
+	c.ListPageBytes = cmp.Or(c.ListPageBytes, ListPageBytesDefault)
 	c.DefaultLeaseDuration = cmp.Or(c.DefaultLeaseDuration, store.LeaseDurationDefault)
 	c.IdempotencyWindow = cmp.Or(c.IdempotencyWindow, IdempotencyWindowDefault)
 	c.UnaryTimeout = cmp.Or(c.UnaryTimeout, UnaryTimeoutDefault)
@@ -228,6 +241,9 @@ func (c Config) Validate() error {
 	}
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
+	}
+	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
 	}
 	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
 		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))

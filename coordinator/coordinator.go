@@ -92,10 +92,11 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration, leases: leases},
+		cfg:   cfg,
+		log:   cfg.Logger,
+		store: cfg.Store,
+		v: validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration,
+			pageBytes: cfg.ListPageBytes, leases: leases},
 		leases:   leases,
 		health:   health.NewServer(),
 		changes:  newBroadcast(),

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"log/slog"
-	"math"
 	"runtime/debug"
 	"time"
 
@@ -42,6 +41,12 @@ const (
 	keepaliveTime = 30 * time.Second
 	// keepaliveTimeout: a ping unanswered this long closes the connection.
 	keepaliveTimeout = 10 * time.Second
+	// sendFloor is the least send limit (see sendLimit).
+	sendFloor = 64 << 20
+	// attemptHistoryMax is the most a dead job's attempt history can
+	// encode to: store.MaxAttemptsMax attempts with an error message of
+	// store.ErrorMessageMaxLen each, rounded up.
+	attemptHistoryMax = 9 << 20
 	// claimWaitMargin is added to a long-poll Claim's wait for its
 	// server-side deadline: the store calls around the wait still need time.
 	claimWaitMargin = 10 * time.Second
@@ -74,12 +79,8 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
 		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + RecvHeadroom),
-		// Responses carry whole jobs (ListJobs pages, batches of claimed
-		// jobs), up to page size × payload limit; they are bounded by the
-		// page and batch limits rather than by a byte cap here. Clients
-		// reading large pages must raise their own receive limit (4 MiB by
-		// default) or ask for smaller pages.
-		grpc.MaxSendMsgSize(math.MaxInt32),
+		// Bounds any one response; see sendLimit.
+		grpc.MaxSendMsgSize(c.sendLimit()),
 		// Each worker stream and long-poll Claim is one HTTP/2 stream; this
 		// bounds what one connection can hold open.
 		grpc.MaxConcurrentStreams(c.cfg.MaxConcurrentStreams),
@@ -112,6 +113,20 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
 	}
 	return opts
+}
+
+// sendLimit is the largest response the server sends. List pages are
+// held to ListPageBytes by their byte budget (plus the one job a page
+// always holds, which may be over it); the largest single answers are a
+// whole job (payload, result and checkpoint state, each up to the payload
+// limit) and a dead job's attempt history. The limit covers all of those,
+// and is never below sendFloor, so that a unary Claim of a batch of
+// ordinary jobs fits: a Claim of many large jobs is the one answer that
+// can exceed it (RESOURCE_EXHAUSTED; its leases then expire unreported):
+// claim fewer at a time, or use Connect, which pushes one lease per
+// message.
+func (c *Coordinator) sendLimit() int {
+	return max(sendFloor, c.cfg.ListPageBytes+4*c.cfg.PayloadMaxBytes+attemptHistoryMax+RecvHeadroom)
 }
 
 // needsAuth selects every call except those to the public services

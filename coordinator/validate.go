@@ -47,6 +47,8 @@ const (
 type validator struct {
 	payloadMax   int
 	defaultLease time.Duration
+	// pageBytes is the byte budget of a list page (Config.ListPageBytes).
+	pageBytes int
 	// leases checks each token's secret.
 	leases leaseSigner
 }
@@ -111,6 +113,17 @@ func pageSize(field string, n int32, def, maxSize int) (int, error) {
 		return maxSize, nil
 	}
 	return int(n), nil
+}
+
+// jobView decodes a list's view (AIP-157): unset is BASIC.
+func jobView(field string, v leaseholdv1.JobView) (store.JobView, error) {
+	switch v {
+	case leaseholdv1.JobView_JOB_VIEW_UNSPECIFIED, leaseholdv1.JobView_JOB_VIEW_BASIC:
+		return store.JobViewBasic, nil
+	case leaseholdv1.JobView_JOB_VIEW_FULL:
+		return store.JobViewFull, nil
+	}
+	return 0, store.Invalid(field, "must be JOB_VIEW_BASIC or JOB_VIEW_FULL")
 }
 
 func pageToken(field, tok string) error {
@@ -277,7 +290,12 @@ func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParam
 	if err := pageToken("page_token", r.GetPageToken()); err != nil {
 		return p, err
 	}
-	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken()}, nil
+	view, err := jobView("view", r.GetView())
+	if err != nil {
+		return p, err
+	}
+	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken(),
+		View: view, MaxBytes: v.pageBytes}, nil
 }
 
 // CancelJob validates a CancelJobRequest.
@@ -649,8 +667,12 @@ func (v validator) ListDeadJobs(r *leaseholdv1.ListDeadJobsRequest) (store.ListD
 	if err := pageToken("page_token", r.GetPageToken()); err != nil {
 		return store.ListDeadJobsParams{}, err
 	}
+	view, err := jobView("view", r.GetView())
+	if err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
 	return store.ListDeadJobsParams{Queue: r.GetQueue(), IncludeAbandoned: r.GetIncludeAbandoned(),
-		Limit: size, Cursor: r.GetPageToken()}, nil
+		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes}, nil
 }
 
 // GetDeadJob validates a GetDeadJobRequest.

@@ -21,7 +21,7 @@ const APIVersion = "leasehold.v1"
 // GetVersion. Circuit breakers are not among them yet.
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
-	"checkpoints", "dead_letter", "watch_job", "stream_reports",
+	"checkpoints", "dead_letter", "watch_job", "stream_reports", "list_views",
 }
 
 // workerService is the worker API: thin shells over the store, plus the

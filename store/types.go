@@ -316,6 +316,12 @@ type ListJobsParams struct {
 	Limit  int
 	// Cursor is an opaque value from a previous JobPage; empty for the first.
 	Cursor string
+	// View is how much of each job to read. Default JobViewFull.
+	View JobView
+	// MaxBytes is the page's byte budget (JobSize of its jobs): a page
+	// that would exceed it ends early, with NextCursor set. It always
+	// holds at least one job. 0 means PageBytesDefault.
+	MaxBytes int
 }
 
 // JobPage is one page of jobs.
@@ -504,6 +510,10 @@ type ListDeadJobsParams struct {
 	IncludeAbandoned bool
 	Limit            int
 	Cursor           string
+	// View and MaxBytes are as in ListJobsParams; the budget counts
+	// DeadJobSize.
+	View     JobView
+	MaxBytes int
 }
 
 // DeadJobPage is one page of dead jobs.
