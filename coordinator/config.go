@@ -57,6 +57,21 @@ const (
 	// ListPageBytesMax bounds ListPageBytes: the send limit is derived from
 	// it, and a page is held in memory while it is encoded.
 	ListPageBytesMax = 64 << 20
+	// ConnectionTimeoutDefault bounds a new connection's handshake (TLS and
+	// the HTTP/2 preface): a peer that opens a socket and sends nothing is
+	// closed after it instead of grpc-go's 120s. 5s is ample for a TLS
+	// handshake over a slow link.
+	ConnectionTimeoutDefault = 5 * time.Second
+	// MaxConnectionsDefault caps the connections a listener holds at once,
+	// handshaking or established. Beyond it new connections wait in the
+	// kernel's accept queue until one closes. Workers and producers each
+	// need one connection (they multiplex every call over it), so 10,000
+	// is a large fleet per coordinator, and it stays under a typical 20k+
+	// file-descriptor limit.
+	MaxConnectionsDefault = 10_000
+	// MaxConnectionAgeGraceDefault is how long calls on a connection that
+	// reached MaxConnectionAge get to finish after its GOAWAY.
+	MaxConnectionAgeGraceDefault = 30 * time.Second
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -146,6 +161,24 @@ type Config struct {
 	// MaxConcurrentStreams bounds concurrent RPCs per client connection.
 	// Default MaxConcurrentStreamsDefault (1000).
 	MaxConcurrentStreams uint32
+	// ConnectionTimeout bounds a new connection's handshake. Default
+	// ConnectionTimeoutDefault (5s).
+	ConnectionTimeout time.Duration
+	// MaxConnections caps the connections each listener holds at once (a
+	// limiting net.Listener: further connections wait to be accepted).
+	// Default MaxConnectionsDefault (10,000).
+	MaxConnections int
+	// MaxConnectionAge, when positive, ends each connection after about
+	// this long (grpc-go adds ±10% jitter) with a GOAWAY, so clients
+	// reconnect and spread over the replicas behind a load balancer (a
+	// Kubernetes Service balances connections, not calls). Calls in flight
+	// get MaxConnectionAgeGrace to finish; worker streams still open then
+	// are cut, and the SDK reconnects. Default 0: connections live for
+	// ever (worker streams are meant to last hours).
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is the grace after MaxConnectionAge. Default
+	// MaxConnectionAgeGraceDefault (30s).
+	MaxConnectionAgeGrace time.Duration
 	// ActivityLogInterval is how often the coordinator logs its activity
 	// counters (jobs created, leases granted, outcomes) at Info, when they
 	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
@@ -204,6 +237,9 @@ func (c Config) WithDefaults() Config {
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
+	c.ConnectionTimeout = cmp.Or(c.ConnectionTimeout, ConnectionTimeoutDefault)
+	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
+	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
 	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
@@ -242,6 +278,9 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, errors.New("coordinator: MaxConnections must not be negative"))
+	}
 	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
 		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
 	}
@@ -262,6 +301,9 @@ func (c Config) Validate() error {
 		{"ReadinessProbeInterval", c.ReadinessProbeInterval},
 		{"QueueMetricsInterval", c.QueueMetricsInterval},
 		{"WorkerSeenWindow", c.WorkerSeenWindow},
+		{"ConnectionTimeout", c.ConnectionTimeout},
+		{"MaxConnectionAge", c.MaxConnectionAge},
+		{"MaxConnectionAgeGrace", c.MaxConnectionAgeGrace},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -172,7 +173,10 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
 		slog.String("coordinator_id", c.cfg.ID), slog.String("auth", string(c.cfg.Auth)),
 		slog.Bool("tls", c.cfg.TLS != nil))
-	err := c.grpc.Serve(lis)
+	// At most MaxConnections at once on this listener; the rest wait in
+	// the accept queue (a handshake that never completes is closed after
+	// ConnectionTimeout, freeing its slot).
+	err := c.grpc.Serve(netutil.LimitListener(lis, c.cfg.MaxConnections))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

@@ -90,13 +90,11 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 			// is legitimate.
 			PermitWithoutStream: true,
 		}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    keepaliveTime,
-			Timeout: keepaliveTimeout,
-			// MaxConnectionIdle and MaxConnectionAge stay infinite: worker
-			// streams are meant to live for hours, and forcibly aging a
-			// connection would cut them without a Drain.
-		}),
+		// A connection that has not finished its handshake (TLS, HTTP/2
+		// preface) in this long is closed: sockets that never speak must
+		// not hold a slot of MaxConnections.
+		grpc.ConnectionTimeout(c.cfg.ConnectionTimeout),
+		grpc.KeepaliveParams(c.keepaliveParams()),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
@@ -113,6 +111,18 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
 	}
 	return opts
+}
+
+// keepaliveParams pings idle connections and, when MaxConnectionAge is
+// set, ages connections out so clients rebalance. MaxConnectionIdle stays
+// infinite: an idle worker connection is a worker waiting for work.
+func (c *Coordinator) keepaliveParams() keepalive.ServerParameters {
+	p := keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}
+	if c.cfg.MaxConnectionAge > 0 {
+		p.MaxConnectionAge = c.cfg.MaxConnectionAge
+		p.MaxConnectionAgeGrace = c.cfg.MaxConnectionAgeGrace
+	}
+	return p
 }
 
 // sendLimit is the largest response the server sends. List pages are
