@@ -72,6 +72,37 @@ const (
 	// MaxConnectionAgeGraceDefault is how long calls on a connection that
 	// reached MaxConnectionAge get to finish after its GOAWAY.
 	MaxConnectionAgeGraceDefault = 30 * time.Second
+	// UnaryRateDefault and UnaryBurstDefault are each caller's token
+	// bucket for unary calls: 1,000 calls a second sustained, bursts of
+	// 2,000. A BatchCreateJobs of 1,000 jobs is one call, and a fleet
+	// sharing one worker key renews every lease in one call per worker per
+	// heartbeat, so this is far above honest use and far below what one
+	// client can send.
+	UnaryRateDefault  = 1000
+	UnaryBurstDefault = 2000
+	// StreamOpenRateDefault and StreamOpenBurstDefault are each caller's
+	// token bucket for opening streams (Connect, WatchJob): 100 a second,
+	// bursts of 1,000 (a fleet reconnecting after a coordinator restart).
+	StreamOpenRateDefault  = 100
+	StreamOpenBurstDefault = 1000
+	// MaxInFlightReadsDefault and MaxInFlightWritesDefault bound the unary
+	// calls doing store work at once, per lane (reads: Get*/List*; writes:
+	// everything else but Claim). Well above the store's connection pool,
+	// so the store stays busy, and low enough that a flood queues in
+	// bounded memory for at most ShedWait.
+	MaxInFlightReadsDefault  = 256
+	MaxInFlightWritesDefault = 1024
+	// ShedWaitDefault is how long a call waits for a slot of its lane
+	// before it is refused OVERLOADED.
+	ShedWaitDefault = 500 * time.Millisecond
+	// WatchersPerConnectionMaxDefault caps WatchJob streams per client
+	// connection (below MaxConcurrentStreamsDefault, so a connection that
+	// watches still has streams left for its other calls).
+	WatchersPerConnectionMaxDefault = 500
+	// WatchersMaxDefault caps WatchJob streams per coordinator. An idle
+	// watcher costs one goroutine and a map entry (~10 KB), so 20,000 are
+	// ~200 MB at most.
+	WatchersMaxDefault = 20_000
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -179,6 +210,37 @@ type Config struct {
 	// MaxConnectionAgeGrace is the grace after MaxConnectionAge. Default
 	// MaxConnectionAgeGraceDefault (30s).
 	MaxConnectionAgeGrace time.Duration
+	// UnaryRate and UnaryBurst are each caller's token bucket for unary
+	// calls (per principal; per client connection with AuthNone). Refused
+	// calls get RESOURCE_EXHAUSTED, reason RATE_LIMITED, with a RetryInfo
+	// delay. Defaults UnaryRateDefault (1,000/s) and UnaryBurstDefault
+	// (2,000); a negative rate disables the limit.
+	UnaryRate  float64
+	UnaryBurst int
+	// StreamOpenRate and StreamOpenBurst are the same for opening streams
+	// (Connect, WatchJob). Defaults StreamOpenRateDefault (100/s) and
+	// StreamOpenBurstDefault (1,000); a negative rate disables the limit.
+	StreamOpenRate  float64
+	StreamOpenBurst int
+	// MaxInFlightReads and MaxInFlightWrites bound the unary calls doing
+	// store work at once (see loadShedder); a call that finds its lane
+	// full for ShedWait is refused UNAVAILABLE, reason OVERLOADED, with a
+	// RetryInfo delay. Defaults MaxInFlightReadsDefault (256),
+	// MaxInFlightWritesDefault (1,024), ShedWaitDefault (500ms).
+	MaxInFlightReads  int
+	MaxInFlightWrites int
+	ShedWait          time.Duration
+	// WatchersPerConnectionMax and WatchersMax cap WatchJob streams per
+	// client connection and per coordinator (RESOURCE_EXHAUSTED, reason
+	// WATCH_LIMIT). Defaults WatchersPerConnectionMaxDefault (500) and
+	// WatchersMaxDefault (20,000).
+	WatchersPerConnectionMax int
+	WatchersMax              int
+	// OverloadLogInterval is how often the refusals of the rate limits,
+	// the load shedder and the watch caps are logged, at Warn, as one
+	// summary line with counts (when there were any). Default
+	// OverloadLogIntervalDefault (10s); negative disables.
+	OverloadLogInterval time.Duration
 	// ActivityLogInterval is how often the coordinator logs its activity
 	// counters (jobs created, leases granted, outcomes) at Info, when they
 	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
@@ -238,6 +300,16 @@ func (c Config) WithDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
 	c.ConnectionTimeout = cmp.Or(c.ConnectionTimeout, ConnectionTimeoutDefault)
+	c.UnaryRate = cmp.Or(c.UnaryRate, UnaryRateDefault)
+	c.UnaryBurst = cmp.Or(c.UnaryBurst, UnaryBurstDefault)
+	c.StreamOpenRate = cmp.Or(c.StreamOpenRate, StreamOpenRateDefault)
+	c.StreamOpenBurst = cmp.Or(c.StreamOpenBurst, StreamOpenBurstDefault)
+	c.MaxInFlightReads = cmp.Or(c.MaxInFlightReads, MaxInFlightReadsDefault)
+	c.MaxInFlightWrites = cmp.Or(c.MaxInFlightWrites, MaxInFlightWritesDefault)
+	c.ShedWait = cmp.Or(c.ShedWait, ShedWaitDefault)
+	c.WatchersPerConnectionMax = cmp.Or(c.WatchersPerConnectionMax, WatchersPerConnectionMaxDefault)
+	c.WatchersMax = cmp.Or(c.WatchersMax, WatchersMaxDefault)
+	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
@@ -278,8 +350,21 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
-	if c.MaxConnections < 0 {
-		errs = append(errs, errors.New("coordinator: MaxConnections must not be negative"))
+	for _, n := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxConnections", c.MaxConnections},
+		{"UnaryBurst", c.UnaryBurst},
+		{"StreamOpenBurst", c.StreamOpenBurst},
+		{"MaxInFlightReads", c.MaxInFlightReads},
+		{"MaxInFlightWrites", c.MaxInFlightWrites},
+		{"WatchersPerConnectionMax", c.WatchersPerConnectionMax},
+		{"WatchersMax", c.WatchersMax},
+	} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
+		}
 	}
 	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
 		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
@@ -304,6 +389,7 @@ func (c Config) Validate() error {
 		{"ConnectionTimeout", c.ConnectionTimeout},
 		{"MaxConnectionAge", c.MaxConnectionAge},
 		{"MaxConnectionAgeGrace", c.MaxConnectionAgeGrace},
+		{"ShedWait", c.ShedWait},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))

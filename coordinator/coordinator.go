@@ -39,14 +39,23 @@ type Coordinator struct {
 	dispatcher *dispatch.Dispatcher
 	reaper     *reaper.Reaper
 	pruner     *retention.Pruner
-	changes    *broadcast
-	activity   activity
-	reporter   *activityReporter
-	leases     leaseSigner
-	metrics    *Metrics
-	tracer     trace.Tracer
-	ready      readiness
-	seen       *seenWorkers
+	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
+	// closed when its store subscription has returned (nil until Serve).
+	watches     *watchHub
+	watchesDone chan struct{}
+	activity    activity
+	reporter    *activityReporter
+	// overload counts the defences' refusals; overloadRep logs them.
+	overload    overloadCounts
+	overloadRep *overloadReporter
+	unaryLimit  *rateLimiter
+	streamLimit *rateLimiter
+	shedder     *loadShedder
+	leases      leaseSigner
+	metrics     *Metrics
+	tracer      trace.Tracer
+	ready       readiness
+	seen        *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
 	// readinessDone is closed when the store prober has returned; nil
@@ -100,7 +109,7 @@ func New(cfg Config) (*Coordinator, error) {
 			pageBytes: cfg.ListPageBytes, leases: leases},
 		leases:   leases,
 		health:   health.NewServer(),
-		changes:  newBroadcast(),
+		watches:  newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax),
 		bgCtx:    bgCtx,
 		bgCancel: bgCancel,
 		closing:  make(chan struct{}),
@@ -109,6 +118,10 @@ func New(cfg Config) (*Coordinator, error) {
 	c.reporter = &activityReporter{
 		interval: cfg.ActivityLogInterval, log: cfg.Logger, counts: &c.activity, streams: c.streams,
 	}
+	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
+	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
+	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
+	c.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &c.overload)
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
@@ -163,6 +176,12 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
 		c.reporter.Start(c.bgCtx)
+		c.overloadRep.Start(c.bgCtx)
+		c.watchesDone = make(chan struct{})
+		go func() {
+			defer close(c.watchesDone)
+			c.watches.run(c.bgCtx, c.store, c.log)
+		}()
 		c.readinessDone = make(chan struct{})
 		go func() {
 			defer close(c.readinessDone)
@@ -262,9 +281,13 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.reaper.Stop()
 	c.pruner.Stop()
 	c.reporter.Stop()
+	c.overloadRep.Stop()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
 	if c.readinessDone != nil {
 		<-c.readinessDone
+	}
+	if c.watchesDone != nil {
+		<-c.watchesDone
 	}
 	c.reporter.runOnce(ctx, activityCounts{})
 
@@ -327,7 +350,9 @@ func (c *Coordinator) reaped(res store.ReapResult) {
 	for _, q := range res.Requeued {
 		c.dispatcher.Wake(q.Tenant, q.Queue)
 	}
-	c.changes.notify()
+	for _, j := range res.Jobs {
+		c.watches.notify(j.Tenant, j.ID)
+	}
 }
 
 // holder returns the stream on this coordinator through which worker
@@ -364,29 +389,6 @@ func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string)
 	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_CancelRequested{
 		CancelRequested: &leaseholdv1.CancelNotice{Token: toToken(tok), Reason: reason},
 	}})
-}
-
-// broadcast wakes every waiter at once: a channel closed and replaced on
-// each notify. WatchJob waits on it for writes made through this
-// coordinator.
-type broadcast struct {
-	mu sync.Mutex // guards ch
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	close(b.ch)
-	b.ch = make(chan struct{})
 }
 
 // Waiters returns the worker ids of the streams and long-poll Claims

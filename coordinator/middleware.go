@@ -56,12 +56,15 @@ const (
 // tracing and the interceptor chains.
 //
 // Chain order, outermost first (go-grpc-middleware's example server):
-// logging sees every call with its final code, refusals included; auth
-// (skipped by a selector for health and reflection, which are public)
-// resolves the caller and checks the method's permission before any
-// handler runs; the unary deadline applies to the handler only; recovery
+// the call's note (refusals.go), which the inner defences write and the
+// logger reads; logging sees every call with its final code, refusals
+// included; auth (skipped by a selector for health and reflection, which
+// are public) resolves the caller and checks the method's permission
+// before any handler runs; the rate limits, after auth so that buckets are
+// per principal; the load shedder, so that only admitted calls wait for
+// store work; the unary deadline applies to the handler only; recovery
 // is innermost so a panic becomes INTERNAL and is still logged by the
-// logging interceptor with that code. Metrics, when added, go outermost.
+// logging interceptor with that code. Metrics come from the stats handler.
 func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	logOpts := []logging.Option{
 		// Only the finish line: method, code, duration and peer come with
@@ -96,14 +99,19 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.ConnectionTimeout(c.cfg.ConnectionTimeout),
 		grpc.KeepaliveParams(c.keepaliveParams()),
 		grpc.ChainUnaryInterceptor(
+			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
+			selector.UnaryServerInterceptor(c.rateLimitUnary(c.unaryLimit), needsAuth),
+			selector.UnaryServerInterceptor(c.shedder.unary(), needsAuth),
 			c.deadlineUnary(),
 			recovery.UnaryServerInterceptor(recoveryOpt),
 		),
 		grpc.ChainStreamInterceptor(
+			noteStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
+			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),
 		),
 	}
@@ -149,15 +157,20 @@ var needsAuth = selector.MatchFunc(func(_ context.Context, cm interceptors.CallM
 // interceptorLogger adapts slog to go-grpc-middleware's logger.
 func interceptorLogger(l *slog.Logger) logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		if refused(ctx) {
+			// Counted and summarised at Warn by overloadReporter.
+			lvl = logging.LevelDebug
+		}
 		l.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 }
 
 // codeToLevel keeps routine calls at Debug (a busy fleet makes thousands a
 // second), caller mistakes at Info, and server trouble at Warn/Error:
-// UNAVAILABLE (the store is down, or calls are shed) and RESOURCE_EXHAUSTED
-// (a caller over its rate, the server overloaded) are both signs of
-// overload an operator should see. Cancelled calls are client-caused
+// UNAVAILABLE (the store is down) and RESOURCE_EXHAUSTED (a message over a
+// size limit) are signs an operator should see. The refusals of the
+// overload defences are the exception: their lines drop to Debug
+// (interceptorLogger) and one Warn summary per interval counts them. Cancelled calls are client-caused
 // endings (a worker closing its stream) and stay at Debug.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {

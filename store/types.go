@@ -585,3 +585,34 @@ type JobNotifier interface {
 	// still polls as a fallback.
 	SubscribeJobs(ctx context.Context) (<-chan QueueRef, error)
 }
+
+// JobRef names a job of a tenant.
+type JobRef struct {
+	Tenant string
+	ID     string
+}
+
+// JobChanges is a subscription to the jobs whose history grew (an event
+// was appended: every state change, checkpoint, cancel request, replay).
+type JobChanges struct {
+	// Jobs gets each changed job after its change committed. Delivery is
+	// best effort: see Lost.
+	Jobs <-chan JobRef
+	// Lost gets a value when changes may have been missed (the subscriber
+	// fell behind, or the notification connection dropped and came back):
+	// whoever waits for a change should read again. Both channels close
+	// when the subscription ends.
+	Lost <-chan struct{}
+}
+
+// JobChangeNotifier is implemented by engines that tell every process
+// sharing the database which jobs changed, so that a WatchJob on one
+// coordinator wakes for a change made through another. Engines without
+// it (SQLite: one file, one coordinator) leave it to the coordinator,
+// which sees every write made through it.
+type JobChangeNotifier interface {
+	// SubscribeJobChanges delivers job changes until ctx is done or the
+	// store closes. It returns once changes committed after it are
+	// delivered.
+	SubscribeJobChanges(ctx context.Context) (JobChanges, error)
+}

@@ -170,3 +170,58 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		t.Fatal("subscribe on a closed store succeeded")
 	}
 }
+
+// TestJobChangesReachEveryStore: the change trigger tells a subscriber of
+// another store on the same database which job changed, for each change
+// (create, claim, complete), after its commit; another schema's changes
+// never arrive.
+func TestJobChangesReachEveryStore(t *testing.T) {
+	t.Parallel()
+	url := migrated(t)
+	writer := open(t, url, store.EngineOptions{})
+	watcher := open(t, url, store.EngineOptions{})
+	elsewhere := open(t, migrated(t), store.EngineOptions{})
+	changes, err := watcher.SubscribeJobChanges(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(why string) store.JobRef {
+		t.Helper()
+		timer := time.NewTimer(20 * time.Second)
+		defer timer.Stop()
+		select {
+		case ref, ok := <-changes.Jobs:
+			if !ok {
+				t.Fatalf("%s: the subscription closed", why)
+			}
+			return ref
+		case <-timer.C:
+			t.Fatalf("%s: no change within 20s", why)
+		}
+		return store.JobRef{}
+	}
+	if _, err := createJob(t, elsewhere, "acme", "q"); err != nil {
+		t.Fatal(err)
+	}
+	job, err := createJob(t, writer, "acme", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.JobRef{Tenant: "acme", ID: job.ID}
+	if got := next("create"); got != want {
+		t.Fatalf("first change %+v; want %+v (another schema's job must not arrive)", got, want)
+	}
+	claimed, err := writer.Claim(t.Context(), store.ClaimParams{Tenant: "acme", Worker: "w", Queues: []string{"q"}, Max: 1})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %v", claimed, err)
+	}
+	if got := next("claim"); got != want {
+		t.Fatalf("change after the claim %+v; want %+v", got, want)
+	}
+	if _, err := writer.Complete(t.Context(), store.CompleteParams{Tenant: "acme", Token: claimed[0].Token}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("complete"); got != want {
+		t.Fatalf("change after the complete %+v; want %+v", got, want)
+	}
+}
