@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -552,6 +553,62 @@ func TestAbusePreHandshakeConnections(t *testing.T) {
 		sockets, opened.Round(time.Millisecond), closed.Load(), allClosed.Round(time.Millisecond), timeout, peak, rssMaxMB, p50, p99, n)
 	if closed.Load() != sockets {
 		t.Errorf("the server closed %d of %d silent sockets", closed.Load(), sockets)
+	}
+	if peak > rssMaxMB {
+		t.Errorf("RSS peaked at %.1f MB; want under %d MB", peak, rssMaxMB)
+	}
+}
+
+// A worker stream that grants credits for everything and never reads,
+// against 100 jobs of 1 MB: the leases it asked for queue up for it until
+// the queue passes its hard bound (64 MB), and then the coordinator ends
+// the stream (RESOURCE_EXHAUSTED, STREAM_NOT_READING) instead of holding
+// more: its memory stays bounded and the probe stays fast. (Hello.capacity
+// is what bounds how many leases a stream may hold: the hoarder asked for
+// 10,000.)
+func TestAbuseStreamThatNeverReads(t *testing.T) {
+	const jobs, payload, rssMaxMB = 100, 1_000_000, 250
+	p, c, probeID := abuseServe(t)
+	pid := p.Cmd.Process.Pid
+	ctx := ctxT(t)
+	for i := range jobs {
+		body := make([]byte, payload)
+		body[0] = byte(i)
+		if _, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "hoard", Kind: "k", Payload: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rss := sampleRSS(t, pid)
+	probe := startProbe(t, p.Addr, probeID)
+	hoarder, err := newClients(p.Dial(t)).workers.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: 10_000}
+	if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Credit{Credit: &leaseholdv1.CreditGrant{Credits: 10_000}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Not reading is the point: give dispatch time to push everything.
+	time.Sleep(3 * time.Second)
+	p50, p99, n := probe.Stop(t)
+	peak := rss.Stop()
+	// Now read what the transport buffered: the stream has been ended.
+	received := 0
+	for {
+		if _, err = hoarder.Recv(); err != nil {
+			break
+		}
+		received++
+	}
+	code, reason := errorInfo(err)
+	t.Logf("stream that never reads: %d jobs of %d bytes pushed to a stream that asked for 10,000; it was ended with %v %s "+
+		"(%d messages were in flight to it); RSS peak %.1f MB (bound %d MB); probe GetJob p50 %v p99 %v over %d calls",
+		jobs, payload, code, reason, received, peak, rssMaxMB, p50, p99, n)
+	if code != codes.ResourceExhausted || reason != "STREAM_NOT_READING" {
+		t.Errorf("the stream that never reads ended with %v; want RESOURCE_EXHAUSTED STREAM_NOT_READING", err)
 	}
 	if peak > rssMaxMB {
 		t.Errorf("RSS peaked at %.1f MB; want under %d MB", peak, rssMaxMB)
