@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -151,5 +153,30 @@ func TestOverloadIsSummarisedAtWarnOncePerInterval(t *testing.T) {
 	r.runOnce(ctx, last)
 	if out := logs.String(); !strings.Contains(out, "rate_limited_calls=1 ") {
 		t.Fatalf("the second summary does not count the interval only: %q", out)
+	}
+}
+
+// With authentication a caller's bucket is its principal's, whatever
+// connection it calls on; with --auth none (no principal) it is the
+// connection's.
+func TestRateKeyIsThePrincipalOrTheConnection(t *testing.T) {
+	t.Parallel()
+	a := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1000}})
+	b := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2000}})
+	if rateKey(withCaller(a, anonymous("t"))) == rateKey(withCaller(b, anonymous("t"))) {
+		t.Fatal("two connections without a principal share a bucket")
+	}
+	p := &caller{tenant: "t", id: "principal-1"}
+	if rateKey(withCaller(a, p)) != rateKey(withCaller(b, p)) {
+		t.Fatal("one principal on two connections has two buckets")
+	}
+	l := newRateLimiter(1, 1, "calls")
+	ctx, _ := withCallNote(withCaller(a, p))
+	if err := l.Limit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := withCallNote(withCaller(b, p))
+	if err := l.Limit(other); err == nil || !refusedBy(other, refusalRateLimited) {
+		t.Fatalf("the principal's second call, on another connection, = %v; want it rate limited", err)
 	}
 }
