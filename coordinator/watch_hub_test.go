@@ -63,3 +63,29 @@ func TestWatchHubCaps(t *testing.T) {
 		t.Fatalf("a watcher once a slot was freed: %v", err)
 	}
 }
+
+// The store's changes wake their job's watchers; a Lost signal (changes
+// may have been missed) wakes every watcher; the feed ends with the
+// subscription.
+func TestWatchHubConsumesTheStoresChanges(t *testing.T) {
+	t.Parallel()
+	h := newWatchHub(10, 10)
+	wa, _ := h.add(store.JobRef{Tenant: "t", ID: "a"}, "c")
+	wb, _ := h.add(store.JobRef{Tenant: "t", ID: "b"}, "c")
+	jobs, lost := make(chan store.JobRef, 1), make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.consume(t.Context(), store.JobChanges{Jobs: jobs, Lost: lost})
+	}()
+	jobs <- store.JobRef{Tenant: "t", ID: "a"}
+	<-wa.wake
+	if len(wb.wake) != 0 {
+		t.Fatal("a change of a woke b's watcher")
+	}
+	lost <- struct{}{}
+	<-wa.wake
+	<-wb.wake
+	close(jobs)
+	<-done
+}
