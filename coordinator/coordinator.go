@@ -121,7 +121,6 @@ func New(cfg Config) (*Coordinator, error) {
 	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
 	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
 	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
-	c.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &c.overload)
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
@@ -137,6 +136,7 @@ func New(cfg Config) (*Coordinator, error) {
 		bgCancel(nil)
 		return nil, err
 	}
+	c.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &c.overload, c.metrics)
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,

@@ -134,6 +134,7 @@ func (c *Coordinator) rateLimitUnary(l *rateLimiter) grpc.UnaryServerInterceptor
 		resp, err := inner(ctx, req, info, h)
 		if err != nil && refusedBy(ctx, refusalRateLimited) {
 			c.overload.rateLimitedCalls.Add(1)
+			c.metrics.RateLimited(tenantFrom(ctx), info.FullMethod)
 			return nil, c.rateLimitedError(ctx, l.kind)
 		}
 		return resp, err
@@ -147,6 +148,7 @@ func (c *Coordinator) rateLimitStream(l *rateLimiter) grpc.StreamServerIntercept
 		err := inner(srv, ss, info, h)
 		if err != nil && refusedBy(ss.Context(), refusalRateLimited) {
 			c.overload.rateLimitedStreams.Add(1)
+			c.metrics.RateLimited(tenantFrom(ss.Context()), info.FullMethod)
 			return c.rateLimitedError(ss.Context(), l.kind)
 		}
 		return err
@@ -178,10 +180,12 @@ type loadShedder struct {
 	reads, writes chan struct{}
 	wait          time.Duration
 	counts        *overloadCounts
+	// metrics counts each shed call by method (nil: not counted).
+	metrics *Metrics
 }
 
-func newLoadShedder(reads, writes int, wait time.Duration, counts *overloadCounts) *loadShedder {
-	return &loadShedder{reads: make(chan struct{}, reads), writes: make(chan struct{}, writes), wait: wait, counts: counts}
+func newLoadShedder(reads, writes int, wait time.Duration, counts *overloadCounts, metrics *Metrics) *loadShedder {
+	return &loadShedder{reads: make(chan struct{}, reads), writes: make(chan struct{}, writes), wait: wait, counts: counts, metrics: metrics}
 }
 
 // lane returns the semaphore of a method, nil for the methods not counted.
@@ -212,6 +216,7 @@ func (l *loadShedder) unary() grpc.UnaryServerInterceptor {
 				t.Stop()
 			case <-t.C:
 				shed.Add(1)
+				l.metrics.Shed(info.FullMethod)
 				noteRefusal(ctx, refusalOverloaded, shedRetryDelay)
 				return nil, refusalError(codes.Unavailable, ReasonOverloaded,
 					"the coordinator is overloaded: retry after the RetryInfo delay", shedRetryDelay)

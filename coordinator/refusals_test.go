@@ -98,7 +98,7 @@ func TestStreamOpensAreRateLimited(t *testing.T) {
 func TestStoreWorkBeyondTheInFlightBoundIsShed(t *testing.T) {
 	t.Parallel()
 	counts := &overloadCounts{}
-	shed := newLoadShedder(1, 1, 20*time.Millisecond, counts).unary()
+	shed := newLoadShedder(1, 1, 20*time.Millisecond, counts, nil).unary()
 	ctx, _ := withCallNote(context.Background())
 	entered, release := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
