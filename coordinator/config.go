@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -351,6 +352,14 @@ func (c Config) Validate() error {
 	}
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			errs = append(errs, fmt.Errorf("coordinator: %s must be a number of calls a second (negative: unlimited)", r.name))
+		}
 	}
 	for _, n := range []struct {
 		name string
