@@ -21,7 +21,8 @@ const APIVersion = "leasehold.v1"
 // GetVersion. Circuit breakers are not among them yet.
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
-	"checkpoints", "dead_letter", "watch_job", "stream_reports", "list_views", "pushed_watches", "retry_info",
+	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
+	"list_views", "pushed_watches", "retry_info",
 }
 
 // workerService is the worker API: thin shells over the store, plus the

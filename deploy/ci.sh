@@ -7,10 +7,9 @@
 #      chart's invariants hold, deploy/kubernetes equals the default render;
 #   4. deploy/image.sh: builds the image with buildah and runs it with
 #      podman (installed from Debian's packages when missing), PostgreSQL
-#      included (it must answer, as .ci/run makes sure). Until the
-#      coordinator accepts every flag the chart passes and serves the
-#      "liveness"/"readiness" health services, image.sh prints a NOTE for
-#      each gap; LEASEHOLD_IMAGE_STRICT=1 turns the notes into failures.
+#      included (it must answer, as .ci/run makes sure), strictly: serve
+#      must accept every flag the chart passes and serve the
+#      "liveness"/"readiness" health services (LEASEHOLD_IMAGE_STRICT=1).
 # Any problem fails the script; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +55,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 t0=$(date +%s)
-LEASEHOLD_IMAGE_REQUIRE=1 deploy/image.sh
+LEASEHOLD_IMAGE_REQUIRE=1 LEASEHOLD_IMAGE_STRICT=1 deploy/image.sh
 step "image built and run in $(elapsed "$t0")"
 
 step "OK: helm lint, strict decoding test, image"

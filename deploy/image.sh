@@ -280,7 +280,8 @@ say "podman run $image version: $out"
 help="$(podman run --rm "${run_opts[@]}" "$image" serve -h 2>&1 || true)"
 missing=()
 for flag in $(grep -oE -- '- --[a-z][a-z-]*' deploy/helm/leasehold/templates/deployment.yaml | sed 's/^- --//' | sort -u); do
-  grep -qE "^  -$flag( |\$)" <<<"$help" || missing+=("--$flag")
+  # cobra's help: "  -x, --flag type   text" or "      --flag type   text".
+  grep -qE "^ +(-[a-z], )?--$flag( |\$)" <<<"$help" || missing+=("--$flag")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   note "serve does not accept ${missing[*]}, which the chart passes: its pods would exit with a usage error on this build"

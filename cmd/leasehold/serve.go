@@ -127,7 +127,7 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 	}
 	// Stopped after the coordinator, so /readyz answers 503 while it
 	// drains.
-	stopHTTP, err := startHTTP(log, f.observe.httpListen, coord, tel.MetricsHandler)
+	stopHTTP, err := startHTTP(log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof)
 	if err != nil {
 		lis.Close()
 		_ = coord.Shutdown(context.Background())

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,6 +48,7 @@ const (
 type observeFlags struct {
 	httpListen string
 	logFormat  string
+	pprof      bool
 }
 
 func (c *cli) addObserveFlags(cmd *cobra.Command, fs *pflag.FlagSet, f *observeFlags) {
@@ -54,6 +56,8 @@ func (c *cli) addObserveFlags(cmd *cobra.Command, fs *pflag.FlagSet, f *observeF
 		`plaintext HTTP address for /metrics, /healthz and /readyz (env LEASEHOLD_HTTP_LISTEN); "" disables it, port 0 picks a free one`)
 	fs.StringVar(&f.logFormat, "log-format", envOr(c.getenv, "LEASEHOLD_LOG_FORMAT", logFormatText),
 		"log format on stderr: text or json (env LEASEHOLD_LOG_FORMAT)")
+	fs.BoolVar(&f.pprof, "pprof", envOr(c.getenv, "LEASEHOLD_PPROF", "") == "true",
+		"also serve Go's profiles under /debug/pprof/ on --http-listen (env LEASEHOLD_PPROF=true); off by default, since profiles show internals")
 	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{logFormatText, logFormatJSON}, cobra.ShellCompDirectiveNoFileComp))
 }
 
@@ -123,7 +127,7 @@ func coordinatorTelemetry(tel *telemetry.Telemetry) (coordinator.Config, error) 
 // startHTTP serves /metrics, /healthz and /readyz on addr until the
 // returned stop is called; an empty addr serves nothing. The bound address
 // is logged (addr may have port 0).
-func startHTTP(log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler) (stop func(), err error) {
+func startHTTP(log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -138,6 +142,13 @@ func startHTTP(log *slog.Logger, addr string, coord *coordinator.Coordinator, me
 	mux.Handle("/readyz", health)
 	if metrics != nil {
 		mux.Handle("/metrics", metrics)
+	}
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	srv := &http.Server{
 		Handler:           mux,

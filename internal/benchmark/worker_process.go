@@ -208,7 +208,9 @@ func waitFor(ch <-chan struct{}, timeout time.Duration) bool {
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "OTEL_") {
+		// LEASEHOLD_PPROF alone passes, so that a run can be profiled
+		// (it changes nothing else).
+		if strings.HasPrefix(kv, "LEASEHOLD_PPROF=") || !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "OTEL_") {
 			env = append(env, kv)
 		}
 	}
