@@ -69,6 +69,7 @@ func FuzzValidateClaim(f *testing.F) {
 		{WorkerId: "w-1", Queues: []string{"q"}, MaxJobs: 10, Wait: durationpb.New(time.Second)},
 		{WorkerId: "w", Queues: []string{"q"}, MaxJobs: 1001},
 		{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(2 * time.Hour)},
+		{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(0)},
 		{WorkerId: "", Queues: nil},
 	} {
 		b, _ := proto.Marshal(r)
@@ -268,6 +269,41 @@ func FuzzValidateJobID(f *testing.F) {
 		}
 		if len(id) != uuidLen || store.ValidateText("job_id", id, store.NameMaxLen, true) != nil {
 			t.Fatalf("accepted job id %q", id)
+		}
+	})
+}
+
+func FuzzValidateListJobs(f *testing.F) {
+	for _, r := range []*leaseholdv1.ListJobsRequest{
+		{},
+		{Queue: "q", PageSize: 501, View: leaseholdv1.JobView_JOB_VIEW_FULL},
+		{View: leaseholdv1.JobView(7)},
+		{States: []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_DEAD}, PageSize: -1},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	v := testValidator
+	v.pageBytes = 1 << 20
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.ListJobsRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		p, err := v.ListJobs(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if p.Limit < 1 || p.Limit > PageSizeMax || p.MaxBytes != v.pageBytes {
+			t.Fatalf("accepted a page of %d jobs, budget %d", p.Limit, p.MaxBytes)
+		}
+		want := store.JobViewBasic
+		if req.GetView() == leaseholdv1.JobView_JOB_VIEW_FULL {
+			want = store.JobViewFull
+		}
+		if p.View != want {
+			t.Fatalf("view %v became %v", req.GetView(), p.View)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -57,6 +58,10 @@ func TestListViewsAndPageBudget(t *testing.T) {
 		}
 		if seen != n || pages < n/2 {
 			t.Fatalf("FULL paging listed %d jobs in %d pages; want %d jobs in at least %d pages", seen, pages, n, n/2)
+		}
+		v, err := c.workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
+		if err != nil || !slices.Contains(v.GetCapabilities(), "list_views") {
+			t.Fatalf("GetVersion = %v, %v; want the list_views capability", v, err)
 		}
 		_, err = c.jobs.ListJobs(ctx, &leaseholdv1.ListJobsRequest{View: leaseholdv1.JobView(99)})
 		wantReason(t, err, codes.InvalidArgument, coordinator.ReasonInvalidArgument)

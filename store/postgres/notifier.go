@@ -111,13 +111,15 @@ func changeChannelFor(schema string) string {
 // before it is told it lost some (it then re-reads every watched job).
 const changeBuffer = 4096
 
-// decodeChange decodes a change payload: tenant 0x1f job_id.
+// decodeChange decodes a change payload: tenant 0x1f job_id. A tenant may
+// hold the separator; a job id (a UUID) never does, so the last one
+// decides.
 func decodeChange(payload string) (store.JobRef, bool) {
-	tenant, id, ok := strings.Cut(payload, notifySeparator)
-	if !ok || tenant == "" || id == "" {
+	i := strings.LastIndex(payload, notifySeparator)
+	if i <= 0 || i == len(payload)-len(notifySeparator) {
 		return store.JobRef{}, false
 	}
-	return store.JobRef{Tenant: tenant, ID: id}, true
+	return store.JobRef{Tenant: payload[:i], ID: payload[i+len(notifySeparator):]}, true
 }
 
 // errStoreClosed is returned by SubscribeJobs after Close.
