@@ -6,6 +6,7 @@ PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 GRPCURL_VERSION            ?= v1.9.4
 HELM_VERSION               ?= v3.22.0
+GOLANGCI_LINT_VERSION      ?= v2.15.0
 # The Kubernetes version helm lints and renders the chart for (helm's k8s.io
 # modules are v0.37); passed explicitly so the result never depends on how
 # helm was built. deploy/render.sh and deploy/ci.sh read it from the
@@ -44,6 +45,8 @@ $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 $(BIN)/grpcurl:
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+$(BIN)/golangci-lint:
+	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 # helm's release build stamps its version and default Kubernetes version
 # with -X; go install does not, so do it here (`helm version` then says
@@ -54,7 +57,7 @@ $(BIN)/helm:
 	  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" \
 	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
-tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/golangci-lint
 
 ## grpcurl: install only grpcurl into ./.bin (for the README's grpcurl lines).
 grpcurl: $(BIN)/grpcurl
@@ -65,12 +68,13 @@ grpcurl: $(BIN)/grpcurl
 generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 	buf generate
 
-## lint: buf lint, gofmt check and go vet.
-lint: $(BIN)/buf
+## lint: buf lint, then golangci-lint with .golangci.yaml: the gofmt check
+## (fmt --diff) and the linters (go vet's checks among them); gen/ is
+## excluded.
+lint: $(BIN)/buf $(BIN)/golangci-lint
 	buf lint
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
-	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	golangci-lint fmt --diff ./...
+	golangci-lint run ./...
 
 ## breaking: buf breaking against the previous commit (.ci/run runs it):
 ## the API may grow, never break.

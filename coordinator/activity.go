@@ -48,6 +48,8 @@ func (a *activity) ended(state store.JobState) {
 		a.dead.Add(1)
 	case store.JobStateCancelled:
 		a.cancelled.Add(1)
+	default:
+		// JobStateLeased: no report ends a lease in it
 	}
 }
 

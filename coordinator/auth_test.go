@@ -479,9 +479,9 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if forged.WorkerId != "holder-1" || forged.LeaseGeneration != 1 {
 		t.Fatalf("the reader sees lease %+v", seen.GetJob().GetLease())
 	}
-	real := claimed.GetJobs()[0].GetToken()
-	if len(real.GetSecret()) != store.LeaseKeyLen || proto.Equal(real, forged) {
-		t.Fatalf("the claimer's token %v carries no secret", real)
+	claimedTok := claimed.GetJobs()[0].GetToken()
+	if len(claimedTok.GetSecret()) != store.LeaseKeyLen || proto.Equal(claimedTok, forged) {
+		t.Fatalf("the claimer's token %v carries no secret", claimedTok)
 	}
 	_, err = leaseholdv1.NewWorkerServiceClient(e.dial(readerKey)).Complete(ctx, &leaseholdv1.CompleteRequest{Token: forged, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
@@ -498,7 +498,7 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonLeaseSecretMismatch {
 		t.Errorf("another worker principal completing with a guessed secret: %v, want PERMISSION_DENIED %s", err, ReasonLeaseSecretMismatch)
 	}
-	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("forged")})
+	_, err = thief.Complete(ctx, &leaseholdv1.CompleteRequest{Token: claimedTok, Result: []byte("forged")})
 	if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
 		t.Errorf("another worker principal completing with the stolen token as holder-1: %v, want PERMISSION_DENIED", err)
 	}
@@ -509,7 +509,7 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	if err != nil || j.State != store.JobStateLeased || len(j.Result) != 0 {
 		t.Fatalf("after the forgeries the job is %+v (%v), want still leased", j, err)
 	}
-	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: real, Result: []byte("real")})
+	done, err := holder.Complete(ctx, &leaseholdv1.CompleteRequest{Token: claimedTok, Result: []byte("claimedTok")})
 	if err != nil || done.GetJob().GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED {
 		t.Errorf("the holder completing: %v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -282,7 +281,7 @@ type Config struct {
 // changes c.
 func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Tenant = cmp.Or(c.Tenant, TenantDefault)
 	c.Auth = cmp.Or(c.Auth, AuthNone)

@@ -66,8 +66,9 @@ func terminalEvent(t store.EventType) bool {
 	switch t {
 	case store.EventSucceeded, store.EventFailed, store.EventCancelled, store.EventDead:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 func jobError(e *store.JobError) *leaseholdv1.JobError {

@@ -113,7 +113,7 @@ func (c *Coordinator) audit(ctx context.Context, action store.AuditAction, targe
 	}
 }
 
-func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.CreateApiKeyRequest) (*leaseholdv1.CreateApiKeyResponse, error) {
+func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.CreateApiKeyRequest) (*leaseholdv1.CreateApiKeyResponse, error) { //nolint:revive // the name is the generated AdminServiceServer method's
 	c := a.c
 	if err := checkUnscoped(ctx, "managing API keys"); err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.Create
 	return &leaseholdv1.CreateApiKeyResponse{Principal: ToPrincipal(pr), Secret: secret}, nil
 }
 
-func (a *adminService) ListApiKeys(ctx context.Context, req *leaseholdv1.ListApiKeysRequest) (*leaseholdv1.ListApiKeysResponse, error) {
+func (a *adminService) ListApiKeys(ctx context.Context, req *leaseholdv1.ListApiKeysRequest) (*leaseholdv1.ListApiKeysResponse, error) { //nolint:revive // the name is the generated AdminServiceServer method's
 	c := a.c
 	if err := checkUnscoped(ctx, "managing API keys"); err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (a *adminService) ListApiKeys(ctx context.Context, req *leaseholdv1.ListApi
 	return &leaseholdv1.ListApiKeysResponse{Principals: out}, nil
 }
 
-func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.RevokeApiKeyRequest) (*leaseholdv1.RevokeApiKeyResponse, error) {
+func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.RevokeApiKeyRequest) (*leaseholdv1.RevokeApiKeyResponse, error) { //nolint:revive // the name is the generated AdminServiceServer method's
 	c := a.c
 	if err := checkUnscoped(ctx, "managing API keys"); err != nil {
 		return nil, err

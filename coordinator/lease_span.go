@@ -42,6 +42,7 @@ func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
 func (c *Coordinator) leasesClaimed(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
 	for _, j := range jobs {
 		c.metrics.leaseGranted(ctx, tenant, j.Job.Queue)
+		//nolint:contextcheck // producerSpan reads the producer's span from the job alone, deliberately not from ctx
 		_, span := c.tracer.Start(ctx, spanLeaseClaim, leaseSpanOptions(j)...)
 		span.End()
 	}

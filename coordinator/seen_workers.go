@@ -160,7 +160,7 @@ func (c *Coordinator) listWorkers(tenant string) []*leaseholdv1.WorkerInfo {
 		w.Transport = leaseholdv1.WorkerTransport_WORKER_TRANSPORT_STREAM
 		w.LastSeenAt = timestamppb.New(now)
 	}
-	out := append(streams, c.seen.list(tenant, now, c.cfg.ID, func(w string) bool { return ids[w] })...)
+	out := slices.Concat(streams, c.seen.list(tenant, now, c.cfg.ID, func(w string) bool { return ids[w] }))
 	slices.SortFunc(out, func(a, b *leaseholdv1.WorkerInfo) int {
 		switch {
 		case a.GetWorkerId() < b.GetWorkerId():

@@ -69,9 +69,9 @@ const (
 var errNotReading = errors.New("the client is not reading the stream")
 
 // enqueueLocked queues a message for the sender; s.mu held.
-func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) bool {
+func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) {
 	if s.closed {
-		return false
+		return
 	}
 	s.out = append(s.out, m)
 	s.outBytes += proto.Size(m)
@@ -81,19 +81,18 @@ func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) bool {
 	if len(s.out) > outHardMessages || s.outBytes > outHardBytes {
 		s.closed = true
 		s.cancel(errNotReading)
-		return false
+		return
 	}
 	select {
 	case s.signal <- struct{}{}:
 	default:
 	}
-	return true
 }
 
-func (s *session) enqueue(m *leaseholdv1.ConnectResponse) bool {
+func (s *session) enqueue(m *leaseholdv1.ConnectResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.enqueueLocked(m)
+	s.enqueueLocked(m)
 }
 
 // deliver is the dispatcher's Deliver: it queues the leases and records

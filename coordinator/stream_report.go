@@ -94,7 +94,7 @@ func (s *session) report(r streamReport) {
 	} else {
 		job := res[0].Job
 		out.State = jobStates[job.State]
-		c.finished(s.tenant, job)
+		c.finished(s.ctx, s.tenant, job)
 	}
 	s.enqueue(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}})
 }

@@ -184,7 +184,7 @@ func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteR
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.finished(p.Tenant, job)
+	c.finished(ctx, p.Tenant, job)
 	return &leaseholdv1.CompleteResponse{Job: toJob(job)}, nil
 }
 
@@ -203,7 +203,7 @@ func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.finished(p.Tenant, job)
+	c.finished(ctx, p.Tenant, job)
 	return &leaseholdv1.RetryResponse{Job: toJob(job)}, nil
 }
 
@@ -222,7 +222,7 @@ func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelReque
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.finished(p.Tenant, job)
+	c.finished(ctx, p.Tenant, job)
 	return &leaseholdv1.CancelResponse{Job: toJob(job)}, nil
 }
 
@@ -241,16 +241,16 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.finished(p.Tenant, job)
+	c.finished(ctx, p.Tenant, job)
 	return &leaseholdv1.ReleaseResponse{Job: toJob(job)}, nil
 }
 
 // finished records that a job's lease ended through a unary call: the
 // holding stream stops tracking it, watchers wake, and a job back in its
 // queue wakes dispatch.
-func (c *Coordinator) finished(tenant string, job *store.Job) {
+func (c *Coordinator) finished(ctx context.Context, tenant string, job *store.Job) {
 	c.activity.ended(job.State)
-	c.metrics.jobEnded(context.Background(), tenant, job)
+	c.metrics.jobEnded(ctx, tenant, job)
 	c.leaseEnded(tenant, job.LeaseOwner, job.ID)
 	c.watches.notify(tenant, job.ID)
 	if job.State == store.JobStateQueued {

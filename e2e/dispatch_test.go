@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -63,7 +62,7 @@ func TestStreamAndUnaryWorkersShareFairly(t *testing.T) {
 	for i := range 2 {
 		w, err := worker.New(srv.Dial(t), worker.Config{
 			WorkerID: fmt.Sprintf("stream-%d", i), Queues: []string{"fair"}, Capacity: capacity,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +177,7 @@ func TestAStreamThatNeverReadsHoldsAtMostItsCapacity(t *testing.T) {
 			hoarded++
 			// The queue's maximum lease (10 minutes by default), not the
 			// hour asked for.
-			if d := j.GetLease().GetExpiresAt().AsTime().Sub(time.Now()); d > 11*time.Minute {
+			if d := time.Until(j.GetLease().GetExpiresAt().AsTime()); d > 11*time.Minute {
 				t.Errorf("the hoarder's lease runs %s, more than the queue's maximum", d)
 			}
 		}

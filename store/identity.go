@@ -359,8 +359,16 @@ func PrincipalAuditData(p *Principal) string {
 	if queues == nil {
 		queues = []string{}
 	}
-	b, _ := json.Marshal(map[string]any{
-		"identity": p.Identity(), "name": p.Name, "role": string(p.Role), "queues": queues,
-	})
+	// The fields are in the order the map this replaced encoded in
+	// (sorted keys).
+	b, err := json.Marshal(struct {
+		Identity string   `json:"identity"`
+		Name     string   `json:"name"`
+		Queues   []string `json:"queues"`
+		Role     string   `json:"role"`
+	}{Identity: p.Identity(), Name: p.Name, Queues: queues, Role: string(p.Role)})
+	if err != nil {
+		panic("store: unencodable audit data: " + err.Error()) // strings only: impossible
+	}
 	return string(b)
 }

@@ -80,6 +80,8 @@ func (f *QueueMetricsFold) Add(tenant, queue string, state JobState, n, second i
 		m.LeasesExpired += second
 	case JobStateDead:
 		m.Dead += n
+	default:
+		// the terminal states but DEAD: counted nowhere (the row still makes the queue known)
 	}
 }
 

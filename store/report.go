@@ -415,6 +415,8 @@ func AnswerUnheld(r Report, job *Job, attempt *Attempt) ReportResult {
 			return mismatch("error")
 		}
 		return ReportResult{Job: job}
+	default:
+		// any other kind: answered as a lost lease, below
 	}
 	return lost()
 }

@@ -100,6 +100,8 @@ func TestDecisions(t *testing.T) {
 				switch e.Type {
 				case EventSucceeded, EventFailed, EventCancelled, EventDead:
 					terminal++
+				default:
+					// not terminal
 				}
 			}
 			if want := map[bool]int{true: 1, false: 0}[c.state.Terminal()]; terminal != want {

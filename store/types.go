@@ -25,8 +25,9 @@ func (s JobState) Terminal() bool {
 	switch s {
 	case JobStateSucceeded, JobStateFailed, JobStateCancelled, JobStateDead:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 // EventType is the type of a job event. The strings are stored.

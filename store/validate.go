@@ -48,13 +48,13 @@ const nameRule = "must be 1-128 characters of [A-Za-z0-9._:-], starting with a l
 
 // checkText validates a free-text field: valid UTF-8, no NUL byte (PostgreSQL
 // rejects NUL in text; SQLite would store it, so both refuse it here), at most
-// max bytes, and non-empty when required.
-func checkText(field, s string, max int, required bool) error {
+// maxLen bytes, and non-empty when required.
+func checkText(field, s string, maxLen int, required bool) error {
 	switch {
 	case required && s == "":
 		return Invalid(field, "is required")
-	case len(s) > max:
-		return Invalid(field, fmt.Sprintf("must be at most %d bytes", max))
+	case len(s) > maxLen:
+		return Invalid(field, fmt.Sprintf("must be at most %d bytes", maxLen))
 	case strings.IndexByte(s, 0) >= 0:
 		return Invalid(field, "must not contain NUL bytes")
 	case !utf8.ValidString(s):
@@ -235,8 +235,8 @@ func ValidateProviderOperationID(s string) error {
 }
 
 // ValidateText checks any other short text field (ids, tenants).
-func ValidateText(field, s string, max int, required bool) error {
-	return checkText(field, s, max, required)
+func ValidateText(field, s string, maxLen int, required bool) error {
+	return checkText(field, s, maxLen, required)
 }
 
 // ValidateTenant checks a tenant id.

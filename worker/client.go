@@ -173,7 +173,7 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(*leaseholdv1.Even
 		if errors.As(err, &fnErr) {
 			return fnErr.err
 		}
-		if !(isTransient(err) || errors.Is(err, errWatchEnded)) || ctx.Err() != nil {
+		if !isTransient(err) && !errors.Is(err, errWatchEnded) || ctx.Err() != nil {
 			return fmt.Errorf("leasehold: watch job %s: %w", id, err)
 		}
 		if progressed {
@@ -259,8 +259,9 @@ func isTerminalEvent(t leaseholdv1.EventType) bool {
 	case leaseholdv1.EventType_EVENT_TYPE_SUCCEEDED, leaseholdv1.EventType_EVENT_TYPE_FAILED,
 		leaseholdv1.EventType_EVENT_TYPE_CANCELLED, leaseholdv1.EventType_EVENT_TYPE_DEAD:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 // IsTerminal reports whether a job state is final.
@@ -269,6 +270,7 @@ func IsTerminal(s leaseholdv1.JobState) bool {
 	case leaseholdv1.JobState_JOB_STATE_SUCCEEDED, leaseholdv1.JobState_JOB_STATE_FAILED,
 		leaseholdv1.JobState_JOB_STATE_CANCELLED, leaseholdv1.JobState_JOB_STATE_DEAD:
 		return true
+	default:
+		return false
 	}
-	return false
 }

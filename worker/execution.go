@@ -108,7 +108,9 @@ func (e *execution) checkPublishable() error {
 func (e *execution) publishError(err error) error {
 	if isLeaseLost(err) {
 		e.markLost()
-		return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+		// One %w only: callers match ErrLeaseLost, and the gRPC status
+		// stays out of the chain so status.Code does not see through it.
+		return fmt.Errorf("%w: %v", ErrLeaseLost, err) //nolint:errorlint // one %w, see above
 	}
 	return err
 }
@@ -162,7 +164,7 @@ func (w *Worker) execute(e *execution) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	w.handlerReturned(e)
+	w.handlerReturned()
 	w.publish(ctx, e, result, err)
 }
 
@@ -179,8 +181,8 @@ func (w *Worker) callHandler(ctx context.Context, job *Job) (result []byte, err 
 		if r := recover(); r != nil {
 			// The stack goes to the log only: the job's error is shown to
 			// producers and operators, who need the panic, not our frames.
-			w.log.ErrorContext(ctx, "handler panicked", "job_id", job.ID, "kind", job.Kind,
-				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			w.log.ErrorContext(ctx, "handler panicked", slog.String("job_id", job.ID), slog.String("kind", job.Kind),
+				slog.String("panic", fmt.Sprint(r)), slog.String("stack", string(debug.Stack())))
 			result, err = nil, WithCode(codePanic, fmt.Errorf("panic: %v", r))
 		}
 	}()
@@ -198,7 +200,7 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 	}
 	attrs := []any{slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation)}
 	if right.lost {
-		w.log.Info("lease lost while the handler ran; outcome dropped", attrs...)
+		w.log.InfoContext(spanCtx, "lease lost while the handler ran; outcome dropped", attrs...)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(spanCtx), reportTimeout)
@@ -229,7 +231,7 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 			_, err := w.api.Cancel(ctx, req)
 			return err
 		}
-	case errors.Is(context.Cause(e.ctx), ErrShutdown):
+	case errors.Is(context.Cause(e.ctx), ErrShutdown): //nolint:contextcheck // reads why the execution's own context ended
 		// Cut short by shutdown: give the job back without spending the
 		// attempt.
 		what, kind = "release", leaseholdv1.ReportKind_REPORT_KIND_RELEASE
@@ -278,13 +280,13 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 	span.End()
 	switch {
 	case err == nil:
-		w.log.Debug("reported "+what, attrs...)
+		w.log.DebugContext(ctx, "reported "+what, attrs...)
 	case isLeaseLost(err):
 		e.markLost()
-		w.log.Info("lease lost before "+what+"; outcome dropped", append(attrs, slog.Any("error", err))...)
+		w.log.InfoContext(ctx, "lease lost before "+what+"; outcome dropped", append(attrs, slog.Any("error", err))...)
 	default:
 		// The lease expires and the job is retried elsewhere: at least once.
-		w.log.Error("could not "+what+"; the lease will expire", append(attrs, slog.Any("error", err))...)
+		w.log.ErrorContext(ctx, "could not "+what+"; the lease will expire", append(attrs, slog.Any("error", err))...)
 	}
 }
 
@@ -299,9 +301,12 @@ var reportSpanNames = map[leaseholdv1.ReportKind]string{
 
 // release gives a lease back (shutdown, or a lease this worker cannot take).
 // It runs on its own goroutine, counted in Worker.active.
-func (w *Worker) release(token *leaseholdv1.LeaseToken, why string) {
+// The release must go out even when ctx (a stream's, or the worker's
+// shutdown) has ended, so it keeps only ctx's values and is bounded by
+// reportTimeout.
+func (w *Worker) release(ctx context.Context, token *leaseholdv1.LeaseToken, why string) {
 	defer w.doneActive()
-	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
 	err := retryTransient(ctx, func(ctx context.Context) error {
 		_, err := w.api.Release(ctx, &leaseholdv1.ReleaseRequest{Token: token})
@@ -309,10 +314,10 @@ func (w *Worker) release(token *leaseholdv1.LeaseToken, why string) {
 	})
 	attrs := []any{slog.String("job_id", token.GetJobId()), slog.Int64("generation", token.GetLeaseGeneration()), slog.String("why", why)}
 	if err != nil && !isLeaseLost(err) {
-		w.log.Warn("could not release lease; it will expire", append(attrs, slog.Any("error", err))...)
+		w.log.WarnContext(ctx, "could not release lease; it will expire", append(attrs, slog.Any("error", err))...)
 		return
 	}
-	w.log.Debug("released lease", attrs...)
+	w.log.DebugContext(ctx, "released lease", attrs...)
 }
 
 // startSpan starts the handler's span, linked (not parented) to the

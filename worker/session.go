@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -68,7 +69,7 @@ func (w *Worker) connectLoop(ctx context.Context, stop <-chan struct{}) error {
 			return nil
 		}
 		if isFatalConnectError(err) {
-			w.log.Error("coordinator refused the worker", "error", err)
+			w.log.ErrorContext(ctx, "coordinator refused the worker", slog.Any("error", err))
 			return fmt.Errorf("worker: connect: %w", err)
 		}
 		if welcomed {
@@ -77,9 +78,9 @@ func (w *Worker) connectLoop(ctx context.Context, stop <-chan struct{}) error {
 		// A refused stream open (RATE_LIMITED) names its own delay.
 		delay := max(b.next(), afterRefusal(retryInfoDelay(err)))
 		if errors.Is(err, errDrained) {
-			w.log.Info("stream drained; reconnecting", "delay", delay)
+			w.log.InfoContext(ctx, "stream drained; reconnecting", slog.Duration("delay", delay))
 		} else {
-			w.log.Warn("stream ended; reconnecting", "error", err, "delay", delay)
+			w.log.WarnContext(ctx, "stream ended; reconnecting", slog.Any("error", err), slog.Duration("delay", delay))
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -99,8 +100,9 @@ func isFatalConnectError(err error) bool {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.Unimplemented:
 		return true
+	default:
+		return false
 	}
-	return false
 }
 
 // runSession opens one stream, says Hello, and serves it until it ends.
@@ -158,7 +160,7 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 	w.leaseDuration = lease
 	stopping := w.stopping
 	w.mu.Unlock()
-	w.log.Info("connected", "coordinator_id", welcome.GetCoordinatorId(), "lease_duration", lease)
+	w.log.InfoContext(ctx, "connected", slog.String("coordinator_id", welcome.GetCoordinatorId()), slog.Duration("lease_duration", lease))
 	defer w.detach(s)
 
 	sendDone := make(chan struct{})
@@ -292,26 +294,26 @@ func (s *session) recvLoop() error {
 		case *leaseholdv1.ConnectResponse_Lease:
 			// No LeaseAck: it is informational, and a message per job is
 			// a cost the coordinator does not need to pay.
-			w.onLease(s, m.Lease)
+			w.onLease(s.ctx, s, m.Lease)
 		case *leaseholdv1.ConnectResponse_ReportResult:
 			s.answerReport(m.ReportResult)
 		case *leaseholdv1.ConnectResponse_HeartbeatResult:
 			w.applyRenewals(m.HeartbeatResult.GetResults())
 		case *leaseholdv1.ConnectResponse_CancelRequested:
 			if e := w.lookup(m.CancelRequested.GetToken()); e != nil {
-				w.log.Info("cancel requested", "job_id", e.key.jobID, "reason", m.CancelRequested.GetReason())
+				w.log.Info("cancel requested", slog.String("job_id", e.key.jobID), slog.String("reason", m.CancelRequested.GetReason()))
 				e.markCancelRequested(m.CancelRequested.GetReason())
 			}
 		case *leaseholdv1.ConnectResponse_LeaseLost:
 			if e := w.lookup(m.LeaseLost.GetToken()); e != nil {
-				w.log.Info("lease lost", "job_id", e.key.jobID, "generation", e.key.generation)
+				w.log.Info("lease lost", slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation))
 				e.markLost()
 			}
 		case *leaseholdv1.ConnectResponse_Drain:
 			w.mu.Lock()
 			s.draining = true
 			w.mu.Unlock()
-			w.log.Info("coordinator is draining the stream", "reason", m.Drain.GetReason())
+			w.log.Info("coordinator is draining the stream", slog.String("reason", m.Drain.GetReason()))
 			// Running leases stay ours: they are renewed through Renew until
 			// the next stream is up, and reported through unary calls.
 			// Half-close and read to the end; a coordinator that never ends
@@ -321,7 +323,7 @@ func (s *session) recvLoop() error {
 				cutoff = time.AfterFunc(m.Drain.GetGracePeriod().AsDuration()+time.Second, s.cancel)
 			}
 		default:
-			w.log.Debug("ignoring unexpected stream message", "type", fmt.Sprintf("%T", m))
+			w.log.Debug("ignoring unexpected stream message", slog.String("type", fmt.Sprintf("%T", m)))
 		}
 	}
 }

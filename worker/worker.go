@@ -204,7 +204,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbCtx, stopHeartbeats := context.WithCancel(base)
 	defer stopHeartbeats()
 
-	w.log.InfoContext(ctx, "worker starting", "queues", w.cfg.Queues, "capacity", w.cfg.Capacity)
+	w.log.InfoContext(ctx, "worker starting", slog.Any("queues", w.cfg.Queues), slog.Int("capacity", w.cfg.Capacity))
 	stopConnecting := make(chan struct{})
 	connectDone := make(chan error, 1)
 	go func() { connectDone <- w.connectLoop(streamCtx, stopConnecting) }()
@@ -231,7 +231,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if s != nil {
 		s.closeSend()
 	}
-	w.log.Info("worker stopping: waiting for running handlers", "grace", w.cfg.ShutdownGrace)
+	w.log.InfoContext(ctx, "worker stopping: waiting for running handlers", slog.Duration("grace", w.cfg.ShutdownGrace))
 
 	// 2. Let running handlers finish within the grace period.
 	grace := time.NewTimer(w.cfg.ShutdownGrace)
@@ -239,8 +239,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.waitIdle(grace.C) {
 		// 3. Cancel the rest and give their leases back.
 		cancelWork(ErrShutdown)
-		n := w.releaseRunning()
-		w.log.Warn("grace period over: cancelled running handlers and released their leases", "released", n)
+		n := w.releaseRunning(ctx)
+		w.log.WarnContext(ctx, "grace period over: cancelled running handlers and released their leases", slog.Int("released", n))
 	}
 
 	// 4. Wait for every handler and report, and for the coordinator to end
@@ -265,7 +265,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.waitIdle(nil)
 	stopHeartbeats()
 	<-hbDone
-	w.log.Info("worker stopped")
+	w.log.InfoContext(ctx, "worker stopped")
 	return runErr
 }
 
@@ -296,9 +296,9 @@ func (w *Worker) doneActive() {
 	w.mu.Unlock()
 }
 
-// handlerReturned frees the capacity of e's handler, which returned: its
+// handlerReturned frees the capacity of a handler that returned: its
 // outcome is about to be reported.
-func (w *Worker) handlerReturned(e *execution) {
+func (w *Worker) handlerReturned() {
 	w.mu.Lock()
 	w.busy--
 	s := w.sess
@@ -326,7 +326,7 @@ func (w *Worker) finished(e *execution) {
 
 // releaseRunning takes the outcome right of every running handler's lease
 // and releases those not lost. It returns how many it releases.
-func (w *Worker) releaseRunning() int {
+func (w *Worker) releaseRunning(ctx context.Context) int {
 	w.mu.Lock()
 	execs := slices.Collect(maps.Values(w.running))
 	w.mu.Unlock()
@@ -340,14 +340,14 @@ func (w *Worker) releaseRunning() int {
 		w.active++
 		w.mu.Unlock()
 		n++
-		go w.release(e.token, "shutdown grace period over")
+		go w.release(ctx, e.token, "shutdown grace period over")
 	}
 	return n
 }
 
 // onLease takes a lease pushed on session s: it starts the handler, or
 // releases the lease when the worker cannot take it.
-func (w *Worker) onLease(s *session, l *leaseholdv1.LeasedJob) {
+func (w *Worker) onLease(ctx context.Context, s *session, l *leaseholdv1.LeasedJob) {
 	token := l.GetToken()
 	key := keyOf(token)
 	w.mu.Lock()
@@ -368,13 +368,13 @@ func (w *Worker) onLease(s *session, l *leaseholdv1.LeasedJob) {
 	w.active++
 	if why != "" {
 		w.mu.Unlock()
-		w.log.Warn("releasing pushed lease", "job_id", key.jobID, "generation", key.generation, "why", why)
-		go w.release(token, why)
+		w.log.WarnContext(ctx, "releasing pushed lease", slog.String("job_id", key.jobID), slog.Int64("generation", key.generation), slog.String("why", why))
+		go w.release(ctx, token, why)
 		return
 	}
 	job := jobFromProto(l)
-	ctx, cancel := context.WithCancelCause(w.workCtx)
-	e := &execution{w: w, token: token, key: key, job: job, ctx: ctx, cancel: cancel}
+	execCtx, cancel := context.WithCancelCause(w.workCtx)
+	e := &execution{w: w, token: token, key: key, job: job, ctx: execCtx, cancel: cancel}
 	job.exec = e
 	// A newer generation of a job we still run means our older lease
 	// expired and was reclaimed: fence the old handler off.
@@ -390,8 +390,8 @@ func (w *Worker) onLease(s *session, l *leaseholdv1.LeasedJob) {
 	for _, old := range stale {
 		old.markLost()
 	}
-	w.log.Debug("lease received", "job_id", key.jobID, "generation", key.generation, "kind", job.Kind, "attempt", job.Attempt)
-	go w.execute(e)
+	w.log.DebugContext(ctx, "lease received", slog.String("job_id", key.jobID), slog.Int64("generation", key.generation), slog.String("kind", job.Kind), slog.Int64("attempt", int64(job.Attempt)))
+	go w.execute(e) //nolint:contextcheck // the handler runs under e.ctx (the worker's work context): it outlives the stream that pushed it
 }
 
 // lookup finds the running execution for a token's exact generation.
@@ -410,10 +410,12 @@ func (w *Worker) applyRenewals(results []*leaseholdv1.RenewResult) {
 		}
 		switch r.GetStatus() {
 		case leaseholdv1.RenewStatus_RENEW_STATUS_LOST:
-			w.log.Info("lease lost", "job_id", e.key.jobID, "generation", e.key.generation)
+			w.log.Info("lease lost", slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation))
 			e.markLost()
 		case leaseholdv1.RenewStatus_RENEW_STATUS_CANCEL_REQUESTED:
 			e.markCancelRequested("")
+		default:
+			// RENEWED (and UNSPECIFIED): nothing to do
 		}
 	}
 }
@@ -466,7 +468,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 		resp, err := w.api.Renew(rctx, &leaseholdv1.RenewRequest{Tokens: chunk, LeaseDuration: durationpb.New(lease)})
 		cancel()
 		if err != nil {
-			w.log.Debug("renew failed; retrying next heartbeat", "leases", len(chunk), "error", err)
+			w.log.DebugContext(ctx, "renew failed; retrying next heartbeat", slog.Int("leases", len(chunk)), slog.Any("error", err))
 			continue
 		}
 		w.applyRenewals(resp.GetResults())

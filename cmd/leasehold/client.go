@@ -240,6 +240,8 @@ func describeError(err error, addr string) string {
 		fmt.Fprintf(&b, "\n  is the coordinator running at %s? (set --addr or %s; --tls or --tls-ca-file if it serves TLS)", addr, envAddr)
 	case codes.DeadlineExceeded:
 		fmt.Fprintf(&b, "\n  the call took longer than --timeout")
+	default:
+		// other codes: the status message says it all
 	}
 	return b.String()
 }

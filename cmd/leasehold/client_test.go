@@ -98,7 +98,7 @@ func (h *harness) json(m proto.Message, args ...string) {
 
 // fail runs a command that must exit with code and mention every want on
 // stderr.
-func (h *harness) fail(code int, want []string, args ...string) result {
+func (h *harness) fail(code int, want []string, args ...string) {
 	h.t.Helper()
 	r := h.run(args...)
 	if r.code != code {
@@ -109,7 +109,6 @@ func (h *harness) fail(code int, want []string, args ...string) result {
 			h.t.Errorf("leasehold %s: stderr lacks %q:\n%s", strings.Join(args, " "), w, r.stderr)
 		}
 	}
-	return r
 }
 
 // createJob creates a job through the CLI and returns it.
@@ -262,7 +261,7 @@ func TestParseJobState(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]leaseholdv1.JobState{
 		"queued": leaseholdv1.JobState_JOB_STATE_QUEUED, "DEAD": leaseholdv1.JobState_JOB_STATE_DEAD,
-		"job_state_leased": leaseholdv1.JobState_JOB_STATE_LEASED, " Cancelled ": leaseholdv1.JobState_JOB_STATE_CANCELLED,
+		"job_state_leased": leaseholdv1.JobState_JOB_STATE_LEASED, " Cancelled ": leaseholdv1.JobState_JOB_STATE_CANCELLED, //nolint:gocritic // the spaces are the point: parseJobState trims them
 	} {
 		if got, err := parseJobState(in); err != nil || got != want {
 			t.Errorf("parseJobState(%q) = %v, %v; want %v", in, got, err, want)

@@ -11,12 +11,12 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// runCLI runs one command line in-process with env as the whole
-// environment, for commands that need no coordinator.
-func runCLI(t *testing.T, env map[string]string, args ...string) result {
+// runCLI runs one command line in-process with an empty environment, for
+// commands that need no coordinator.
+func runCLI(t *testing.T, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	c := &cli{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return env[k] }}
+	c := &cli{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
 	code := c.run(t.Context(), args)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
@@ -64,13 +64,13 @@ func TestCompletionPrintsAScript(t *testing.T) {
 		"zsh":  "#compdef leasehold",
 		"fish": "complete -c leasehold",
 	} {
-		r := runCLI(t, nil, "completion", shell)
+		r := runCLI(t, "completion", shell)
 		if r.code != exitOK || !strings.Contains(r.stdout, want) {
 			t.Errorf("completion %s: exit %d, stdout lacks %q (%d bytes); stderr %q", shell, r.code, want, len(r.stdout), r.stderr)
 		}
 	}
 	// The script asks the binary for candidates; flag values are among them.
-	r := runCLI(t, nil, "__complete", "job", "list", "--state", "")
+	r := runCLI(t, "__complete", "job", "list", "--state", "")
 	if r.code != exitOK || !strings.Contains(r.stdout, "queued\n") || !strings.Contains(r.stdout, "dead\n") {
 		t.Errorf("completing --state: exit %d\n%s", r.code, r.stdout)
 	}
@@ -95,7 +95,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"--output", "json", "migrate"}, "migrate does not take it"},
 		{[]string{"worker", "exec", "--queue", "q", "--kill-grace", "0s", "sh", "-c", "true"}, "--kill-grace must be positive"},
 	} {
-		r := runCLI(t, nil, tc.args...)
+		r := runCLI(t, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "Usage") {
 			t.Errorf("%q: exit %d, want %d with %q and the usage on stderr:\n%s", tc.args, r.code, exitUsage, tc.want, r.stderr)
 		}
@@ -105,17 +105,17 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"-h"}, {"help"}, {"help", "job", "create"}, {"--addr", "x", "job", "list", "--help"}} {
-		r := runCLI(t, nil, args...)
+		r := runCLI(t, args...)
 		if r.code != exitOK || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "--addr") {
 			t.Errorf("%q: exit %d, stdout:\n%s", args, r.code, r.stdout)
 		}
 	}
 	// serve and migrate do not talk to a coordinator: their help leaves the
 	// global flags out.
-	if r := runCLI(t, nil, "serve", "-h"); r.code != exitOK || !strings.Contains(r.stdout, "--listen") || strings.Contains(r.stdout, "--addr") {
+	if r := runCLI(t, "serve", "-h"); r.code != exitOK || !strings.Contains(r.stdout, "--listen") || strings.Contains(r.stdout, "--addr") {
 		t.Errorf("serve -h: exit %d, stdout:\n%s", r.code, r.stdout)
 	}
-	if r := runCLI(t, nil, "--version"); r.code != exitOK || r.stdout != "leasehold "+Version+"\n" {
+	if r := runCLI(t, "--version"); r.code != exitOK || r.stdout != "leasehold "+Version+"\n" {
 		t.Errorf("--version: exit %d, %q", r.code, r.stdout)
 	}
 }
@@ -131,7 +131,7 @@ func TestWorkerExecLeavesTheCommandsFlagsAlone(t *testing.T) {
 	} {
 		// Had --kill-grace 0s been taken for ours, this would be a usage
 		// error; it reaches the lookup of the program instead.
-		r := runCLI(t, nil, args...)
+		r := runCLI(t, args...)
 		if r.code != exitFail || !strings.Contains(r.stderr, "cannot run") {
 			t.Errorf("%q: exit %d, stderr %q; want 1 and cannot run", args, r.code, r.stderr)
 		}

@@ -44,7 +44,7 @@ func childEnv(ctx context.Context, base []string, job *worker.Job) []string {
 	if carrier.Get("traceparent") == "" {
 		carrier = propagation.MapCarrier{}
 		propagation.TraceContext{}.Inject(
-			propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(job.Metadata)), carrier)
+			propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(job.Metadata)), carrier)
 	}
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v := carrier.Get(k); v != "" {

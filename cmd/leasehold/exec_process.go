@@ -73,11 +73,11 @@ func (r *execRunner) stop(ctx context.Context, job *worker.Job, pgid int, cause 
 	grace := time.NewTimer(r.killGrace)
 	defer grace.Stop()
 	select {
-	case <-waited:
+	case <-waited: //nolint:errcheck // as below
 	case <-grace.C:
 		r.logger.WarnContext(ctx, "job's process group ignored SIGTERM; killing it", slog.String("job_id", job.ID),
 			slog.Duration("kill_grace", r.killGrace))
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-waited
+		<-waited //nolint:errcheck // stopped: the exit status (a signal) is not the outcome, cause is
 	}
 }

@@ -102,7 +102,7 @@ func (c *cli) readPayload(payload, file string, stdin bool) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read payload: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only: a failed close loses nothing
 		b, err := readLimited(f)
 		if err != nil {
 			return nil, fmt.Errorf("read payload from %s: %w", file, err)

@@ -138,7 +138,7 @@ func (c *cli) createKeyOffline(ctx context.Context, f *keyCreateFlags, req *leas
 	if err != nil {
 		return nil, usageFromInvalid(err)
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }() // the principal is committed: failing now would lose its secret
 	pr, err := st.CreatePrincipal(ctx, p)
 	if err != nil {
 		if errors.Is(err, store.ErrAlreadyExists) {

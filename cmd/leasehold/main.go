@@ -44,14 +44,15 @@ type cli struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
-	os.Exit(c.run(ctx, os.Args[1:]))
+	code := c.run(ctx, os.Args[1:])
+	stop() // os.Exit skips deferred calls
+	os.Exit(code)
 }
 
 // run runs one command line and returns the process's exit code.
 func (c *cli) run(ctx context.Context, args []string) int {
-	root := c.rootCommand()
+	root := c.rootCommand() //nolint:contextcheck // cobra hands ctx to every command as cmd.Context() (ExecuteContextC below)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	return c.exitCode(cmd, err)

@@ -115,22 +115,22 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 	}
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		_ = coord.Shutdown(context.Background())
-		log.Error("cannot listen", slog.String("listen", f.listen), slog.String("error", err.Error()))
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
+		log.ErrorContext(ctx, "cannot listen", slog.String("listen", f.listen), slog.String("error", err.Error()))
 		return exitStatus(exitFail)
 	}
 	if err := f.security.checkExposure(log, lis.Addr()); err != nil {
-		log.Error("unsafe configuration", slog.String("error", err.Error()))
-		lis.Close()
-		_ = coord.Shutdown(context.Background())
+		log.ErrorContext(ctx, "unsafe configuration", slog.String("error", err.Error()))
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
 		return exitStatus(exitUsage)
 	}
 	// Stopped after the coordinator, so /readyz answers 503 while it
 	// drains.
-	stopHTTP, err := startHTTP(log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof)
+	stopHTTP, err := startHTTP(ctx, log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof)
 	if err != nil {
-		lis.Close()
-		_ = coord.Shutdown(context.Background())
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
 		return err
 	}
 	defer stopHTTP()
@@ -163,28 +163,28 @@ func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
 func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *telemetry.Telemetry) (*coordinator.Coordinator, error) {
 	cfg, err := coordinatorTelemetry(tel)
 	if err != nil {
-		log.Error("cannot set up metrics", slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "cannot set up metrics", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
 	opts := store.EngineOptions{Commits: store.CommitTelemetry{Observer: cfg.Metrics, TracerProvider: cfg.TracerProvider}}
 	st, err := openStore(ctx, log, f.store, !f.noMigrate, opts)
 	if err != nil {
-		log.Error("cannot open the store", slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "cannot open the store", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
 	tlsCfg, err := f.security.tlsConfig(log)
 	if err != nil {
-		st.Close()
-		log.Error("cannot load the TLS certificate", slog.String("error", err.Error()))
+		_ = st.Close() // the error below is the one to report
+		log.ErrorContext(ctx, "cannot load the TLS certificate", slog.String("error", err.Error()))
 		return nil, exitStatus(exitUsage)
 	}
 	cfg.Store, cfg.Logger, cfg.Tenant, cfg.Version, cfg.ShutdownGrace = st, log, f.tenant, Version, f.grace
 	cfg.Auth, cfg.TLS = coordinator.AuthMode(f.security.auth), tlsCfg
 	f.limits.apply(&cfg)
-	coord, err := coordinator.New(cfg)
+	coord, err := coordinator.New(cfg) //nolint:contextcheck // New takes no ctx (its API); its one store read is bounded by its own timeout
 	if err != nil {
-		st.Close()
-		log.Error("invalid configuration", slog.String("error", err.Error()))
+		_ = st.Close() // the error below is the one to report
+		log.ErrorContext(ctx, "invalid configuration", slog.String("error", err.Error()))
 		return nil, exitStatus(exitUsage)
 	}
 	return coord, nil
@@ -221,10 +221,10 @@ func serveUntilDone(ctx context.Context, log *slog.Logger, coord *coordinator.Co
 		// Restore the default disposition: a second Ctrl-C or SIGTERM
 		// ends the process at once instead of waiting for the grace.
 		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		log.Info("signal received; shutting down (a second signal stops at once)", slog.Duration("grace", grace))
+		log.InfoContext(ctx, "signal received; shutting down (a second signal stops at once)", slog.Duration("grace", grace))
 	case err := <-served:
 		// Serve ended without a shutdown: the listener broke.
-		log.Error("serve failed", slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "serve failed", slog.String("error", err.Error()))
 		failed = true
 	}
 	// Shutdown is bounded by its own steps (two grace periods at most);
@@ -232,12 +232,12 @@ func serveUntilDone(ctx context.Context, log *slog.Logger, coord *coordinator.Co
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*grace+time.Minute)
 	defer cancel()
 	if err := coord.Shutdown(sctx); err != nil {
-		log.Error("shutdown", slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "shutdown", slog.String("error", err.Error()))
 		failed = true
 	}
 	if !failed {
 		if err := <-served; err != nil {
-			log.Error("serve failed", slog.String("error", err.Error()))
+			log.ErrorContext(ctx, "serve failed", slog.String("error", err.Error()))
 			failed = true
 		}
 	}

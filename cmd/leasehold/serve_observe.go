@@ -84,7 +84,7 @@ func (c *cli) startTelemetry(ctx context.Context, log *slog.Logger, serviceName 
 		Getenv: c.getenv, ServiceName: serviceName, ServiceVersion: Version, Prometheus: prometheus,
 	})
 	if err != nil {
-		log.Error("cannot set up telemetry", slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "cannot set up telemetry", slog.String("error", err.Error()))
 		return nil, nil, exitStatus(exitUsage)
 	}
 	if tel.Traces != "" || tel.Metrics != "" {
@@ -92,23 +92,23 @@ func (c *cli) startTelemetry(ctx context.Context, log *slog.Logger, serviceName 
 		// error handler; send them to our log rather than the standard
 		// logger's unstructured stderr lines.
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-			log.Warn("opentelemetry", slog.String("error", err.Error()))
+			log.WarnContext(ctx, "opentelemetry", slog.String("error", err.Error()))
 		}))
 	}
 	if tel.Traces != "" {
-		log.Info("exporting traces", slog.String("exporter", tel.Traces))
+		log.InfoContext(ctx, "exporting traces", slog.String("exporter", tel.Traces))
 	}
 	if tel.Metrics != "" {
-		log.Info("exporting metrics", slog.String("exporter", tel.Metrics))
+		log.InfoContext(ctx, "exporting metrics", slog.String("exporter", tel.Metrics))
 	}
 	for _, w := range tel.Warnings {
-		log.Warn("opentelemetry configuration", slog.String("warning", w))
+		log.WarnContext(ctx, "opentelemetry configuration", slog.String("warning", w))
 	}
 	return tel, func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryShutdownTimeout)
 		defer cancel()
 		if err := tel.Shutdown(fctx); err != nil {
-			log.Warn("flushing telemetry", slog.Duration("timeout", telemetryShutdownTimeout), slog.String("error", err.Error()))
+			log.WarnContext(ctx, "flushing telemetry", slog.Duration("timeout", telemetryShutdownTimeout), slog.String("error", err.Error()))
 		}
 	}, nil
 }
@@ -127,13 +127,13 @@ func coordinatorTelemetry(tel *telemetry.Telemetry) (coordinator.Config, error) 
 // startHTTP serves /metrics, /healthz and /readyz on addr until the
 // returned stop is called; an empty addr serves nothing. The bound address
 // is logged (addr may have port 0).
-func startHTTP(log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool) (stop func(), err error) {
+func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", slog.String("http_listen", addr), slog.String("error", err.Error()))
+		log.ErrorContext(ctx, "cannot listen", slog.String("http_listen", addr), slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
 	mux := http.NewServeMux()
@@ -161,12 +161,13 @@ func startHTTP(log *slog.Logger, addr string, coord *coordinator.Coordinator, me
 	go func() {
 		defer close(done)
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server failed", slog.String("http_listen", lis.Addr().String()), slog.String("error", err.Error()))
+			log.ErrorContext(ctx, "http server failed", slog.String("http_listen", lis.Addr().String()), slog.String("error", err.Error()))
 		}
 	}()
-	log.Info("leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()))
+	log.InfoContext(ctx, "leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()))
 	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		// Stopping runs after ctx (the signal) has ended: keep its values only.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			_ = srv.Close()

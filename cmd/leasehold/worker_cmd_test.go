@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +116,9 @@ func writeFIFO(t *testing.T, path, line string) {
 		if f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
 			f.Close()
 		}
-		<-ch
+		if err := <-ch; err != nil {
+			t.Logf("the writer, unblocked: %v", err)
+		}
 		t.Fatalf("nobody read %s", path)
 	}
 }
@@ -479,7 +482,7 @@ func FuzzMetaEnvName(f *testing.F) {
 			t.Fatalf("metaEnvName(%q) = %q", key, name)
 		}
 		for _, r := range rest {
-			if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			if (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_' {
 				t.Fatalf("metaEnvName(%q) = %q has %q", key, name, r)
 			}
 		}
@@ -533,26 +536,35 @@ func TestClassifyExit(t *testing.T) {
 	}
 }
 
+// writeAll writes s to w, which must take all of it: the output buffers
+// drop what is over their limit but never refuse a write.
+func writeAll(t *testing.T, w io.Writer, s string) {
+	t.Helper()
+	if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+		t.Fatalf("Write(%q) = %d, %v", s, n, err)
+	}
+}
+
 func TestOutputBuffers(t *testing.T) {
 	t.Parallel()
 	b := &boundedBuffer{limit: 5}
-	b.Write([]byte("abc"))
-	b.Write([]byte("defg"))
+	writeAll(t, b, "abc")
+	writeAll(t, b, "defg")
 	if string(b.bytes()) != "abcde" || !b.truncated() {
 		t.Errorf("boundedBuffer = %q, truncated %v", b.bytes(), b.truncated())
 	}
 	exact := &boundedBuffer{limit: 3}
-	exact.Write([]byte("abc"))
+	writeAll(t, exact, "abc")
 	if exact.truncated() {
 		t.Error("exactly the limit counts as truncated")
 	}
 	tail := &tailBuffer{limit: 6}
-	tail.Write([]byte("hello "))
-	tail.Write([]byte("world"))
+	writeAll(t, tail, "hello ")
+	writeAll(t, tail, "world")
 	if got := tail.message(); got != "world" {
 		t.Errorf("tail = %q", got)
 	}
-	tail.Write([]byte("0123456789"))
+	writeAll(t, tail, "0123456789")
 	if got := tail.message(); got != "456789" {
 		t.Errorf("tail after a long write = %q", got)
 	}

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"cmp"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -123,7 +122,7 @@ func New(cfg Config) *Dispatcher {
 	cfg.CreditsMax = cmp.Or(cfg.CreditsMax, CreditsMaxDefault)
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{
 		cfg:            cfg,
@@ -469,13 +468,11 @@ func (d *Dispatcher) claimFor(ctx context.Context, g *group) int {
 // claimLayer claims once for waiters with distinct worker ids.
 func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int {
 	asks := make([]store.ClaimWaiter, 0, len(ws))
-	var claiming []*Waiter
 	asked := map[*Waiter]int{}
 	d.mu.Lock()
 	for _, w := range ws {
 		if n := d.ask(w); n > 0 {
 			asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: n, LeaseDuration: w.LeaseDuration})
-			claiming = append(claiming, w)
 			asked[w] = n
 		}
 	}

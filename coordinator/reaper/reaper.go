@@ -21,7 +21,6 @@ package reaper
 import (
 	"cmp"
 	"context"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -83,7 +82,7 @@ func New(cfg Config) *Reaper {
 	cfg.Batch = cmp.Or(cfg.Batch, store.ReapBatchDefault)
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Reaper{cfg: cfg, log: log, expect: make(chan time.Time, 1)}
 }

@@ -3,7 +3,6 @@ package retention
 import (
 	"cmp"
 	"context"
-	"io"
 	"log/slog"
 	"time"
 
@@ -53,7 +52,7 @@ func New(cfg Config) *Pruner {
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Pruner{cfg: cfg, log: log}
 }

@@ -106,7 +106,7 @@ func TestClient(t *testing.T) {
 		stop := errors.New("seen enough")
 		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
 		defer cancel()
-		if err := h.client.Watch(wctx, job.GetId(), func(*leaseholdv1.Event) error { return stop }); err != stop {
+		if err := h.client.Watch(wctx, job.GetId(), func(*leaseholdv1.Event) error { return stop }); err != stop { //nolint:errorlint // Watch returns fn's error as is (its doc): identity is what is tested
 			t.Fatalf("watch returned %v, want the callback's error", err)
 		}
 	})

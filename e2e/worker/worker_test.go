@@ -142,7 +142,7 @@ func TestLeaseLossCancelsTheHandlerAndPublishesNothing(t *testing.T) {
 						close(firstStarted)
 						<-ctx.Done()
 						firstCause <- context.Cause(ctx)
-						firstCheckpointErr <- j.SaveCheckpoint(context.Background(), "too-late", nil)
+						firstCheckpointErr <- j.SaveCheckpoint(context.WithoutCancel(ctx), "too-late", nil)
 						// A handler that ignores the loss and "succeeds": the
 						// worker must drop this outcome.
 						return []byte("stale"), nil

@@ -17,9 +17,6 @@ import (
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
-// smokeJobs keeps the end-to-end runs short.
-const smokeJobs = 200
-
 // runBench runs the real binary's `bench args...` and returns its stdout
 // and RESULT line; any failure fails the test with the run's output.
 func runBench(t *testing.T, args ...string) (string, *measure.Result) {
@@ -48,7 +45,8 @@ func runBench(t *testing.T, args ...string) (string, *measure.Result) {
 	return stdout.String(), res
 }
 
-// checkDrainResult checks the RESULT line of a drain of smokeJobs.
+// checkDrainResult checks the RESULT line of a drain of 200 jobs, the
+// short run the tests ask for.
 func checkDrainResult(t *testing.T, res *measure.Result, engine string) {
 	t.Helper()
 	for key, want := range map[string]string{

@@ -134,8 +134,12 @@ func TestCompare(t *testing.T) {
 		if first < 0 || second < first {
 			t.Errorf("runs are not in the order leasehold, river:\n%s", out)
 		}
+		medians := strings.Index(out, "# medians")
+		if medians < 0 {
+			t.Fatalf("no medians:\n%s", out)
+		}
 		for _, want := range []string{"drain_jobs_per_s", "100.0", "400.0", "0.2500", "(2/2)"} {
-			if !strings.Contains(out[strings.Index(out, "# medians"):], want) {
+			if !strings.Contains(out[medians:], want) {
 				t.Errorf("summary lacks %q:\n%s", want, out)
 			}
 		}

@@ -48,7 +48,7 @@ func startCoordinator(bin, dir string, args ...string) (*coordinatorProcess, err
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own descriptor
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	// The HTTP port (metrics, probes) gets a free port too, so that
 	// benchmarks never collide with each other or a running coordinator.
 	args = append([]string{"serve", "--listen", addr, "--http-listen", "127.0.0.1:0",
@@ -91,7 +91,7 @@ func (c *coordinatorProcess) waitServing(ctx context.Context, conn *grpc.ClientC
 	}
 	select {
 	case <-c.exited:
-		return fmt.Errorf("the coordinator exited before serving (%v); its log: %s", c.waitErr, c.logPath)
+		return fmt.Errorf("the coordinator exited before serving (%w); its log: %s", c.waitErr, c.logPath)
 	default:
 		return fmt.Errorf("the coordinator on %s is not SERVING: %w (log: %s)", c.addr, err, c.logPath)
 	}
@@ -101,7 +101,7 @@ func (c *coordinatorProcess) waitServing(ctx context.Context, conn *grpc.ClientC
 func (c *coordinatorProcess) stop() error {
 	select {
 	case <-c.exited:
-		return fmt.Errorf("the coordinator had exited already (%v); its log: %s", c.waitErr, c.logPath)
+		return fmt.Errorf("the coordinator had exited already (%w); its log: %s", c.waitErr, c.logPath)
 	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)

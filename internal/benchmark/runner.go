@@ -173,7 +173,7 @@ func (r *runner) waitDone(ctx context.Context, n int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %d handler starts (at %d): %w", n, r.progress(), context.Cause(ctx))
 		case <-r.coord.exited:
-			return fmt.Errorf("the coordinator exited during the run (%v); its log: %s", r.coord.waitErr, r.coord.logPath)
+			return fmt.Errorf("the coordinator exited during the run (%w); its log: %s", r.coord.waitErr, r.coord.logPath)
 		case <-r.notify:
 		}
 		if err := r.workersAlive(); err != nil {
@@ -201,7 +201,7 @@ func (r *runner) waitDone(ctx context.Context, n int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the last jobs to complete: %w", context.Cause(ctx))
 		case <-r.coord.exited:
-			return fmt.Errorf("the coordinator exited during the run (%v); its log: %s", r.coord.waitErr, r.coord.logPath)
+			return fmt.Errorf("the coordinator exited during the run (%w); its log: %s", r.coord.waitErr, r.coord.logPath)
 		case <-tick.C:
 		}
 		if err := r.workersAlive(); err != nil {
@@ -222,7 +222,7 @@ func (r *runner) workersAlive() error {
 	for _, p := range r.workers {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("worker %s exited during the run (%v); its log: %s", p.id, p.waitErr, p.logPath)
+			return fmt.Errorf("worker %s exited during the run (%w); its log: %s", p.id, p.waitErr, p.logPath)
 		default:
 		}
 	}

@@ -49,7 +49,7 @@ func startWorkerProcess(bin, dir, id, addr string, capacity int, notify chan<- s
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own descriptor
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	cmd := exec.Command(bin, "bench", workerMode, "--addr", addr, "--id", id, "--capacity", strconv.Itoa(capacity))
 	cmd.Dir = dir
 	cmd.Env = childEnv()

@@ -3,6 +3,7 @@ package certreload_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"sync"
@@ -146,9 +147,11 @@ func TestClientCAsAreVerified(t *testing.T) {
 		defer c.Close()
 		// TLS 1.3: the server's verdict on the client certificate comes
 		// with the first read.
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			return err
+		}
 		_, err = c.Read(make([]byte, 1))
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 			return nil
 		}
 		if err != nil && err.Error() == "EOF" {

@@ -71,7 +71,7 @@ func migrate(ctx context.Context, u string) error {
 		return err
 	}
 	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
+	defer func() { _ = db.Close() }() // migrated or not, err says so
 	_, err = migrations.Up(ctx, db, migrations.Postgres)
 	return err
 }

@@ -256,7 +256,7 @@ func TestSetupDoesNotWaitForTheCollector(t *testing.T) {
 	}
 	attrs := map[attribute.Key]string{}
 	for _, kv := range ro.Resource().Attributes() {
-		attrs[kv.Key] = kv.Value.Emit()
+		attrs[kv.Key] = kv.Value.String()
 	}
 	for k, want := range map[attribute.Key]string{
 		"service.name":                "billing-coordinator",

@@ -88,7 +88,9 @@ func TestBufferWaitsForConcurrentWrites(t *testing.T) {
 		t.Fatal("changed is closed before a write")
 	default:
 	}
-	b.Write([]byte("more"))
+	if _, err := b.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
 	<-changed
 	if b.String() != out+"more" {
 		t.Fatal("the write after the snapshot is not appended")

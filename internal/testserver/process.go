@@ -67,7 +67,7 @@ func buildBinary() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close() // releases the lock
+	defer func() { _ = lock.Close() }() // releases the lock
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}

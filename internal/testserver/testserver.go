@@ -116,7 +116,7 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	c, err := coordinator.New(cfg)
 	if err != nil {
-		st.Close()
+		_ = st.Close() // the coordinator error is the one to report
 		t.Fatalf("testserver: new coordinator: %v", err)
 	}
 	s.Coordinator = c

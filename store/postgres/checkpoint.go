@@ -26,10 +26,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 	}
 	var out *store.Checkpoint
 	err := s.withTx(ctx, "save_checkpoint", func(tx pgx.Tx) error {
-		_, now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
+		now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
 		if errors.Is(err, errNoLease) {
-			_, err = diagnose(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return diagnose(ctx, tx, p.Tenant, p.Token)
 		}
 		if err != nil {
 			return err
@@ -82,10 +81,9 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 		reserved bool
 	)
 	err := s.withTx(ctx, "reserve_effect", func(tx pgx.Tx) error {
-		_, now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
+		now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
 		if errors.Is(err, errNoLease) {
-			_, err = diagnose(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return diagnose(ctx, tx, p.Tenant, p.Token)
 		}
 		if err != nil {
 			return err
@@ -127,10 +125,9 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 	}
 	var out *store.Effect
 	err := s.withTx(ctx, "record_effect", func(tx pgx.Tx) error {
-		_, now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
+		now, err := lockLease(ctx, tx, p.Tenant, p.Token, p.Now)
 		if errors.Is(err, errNoLease) {
-			_, err = diagnose(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return diagnose(ctx, tx, p.Tenant, p.Token)
 		}
 		if err != nil {
 			return err

@@ -238,7 +238,7 @@ func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, 
 	if len(inserts) == 0 {
 		return nil
 	}
-	return s.insertJobs(ctx, tx, calls, inserts)
+	return s.insertJobs(ctx, tx, inserts)
 }
 
 // takeKeys takes the request ids of keyed for their new jobs, in one
@@ -363,7 +363,7 @@ func (s *Store) releaseKeys(ctx context.Context, tx *lazyTx, calls []createCall,
 
 // insertJobs inserts the jobs and their QUEUED events set-based, and
 // queues one notification per queue, in one round trip.
-func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, calls []createCall, inserts []*pendingCreate) error {
+func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCreate) error {
 	n := len(inserts)
 	var (
 		tenants, ids, queues, kinds, metas, deps, data = make([]string, n), make([]string, n), make([]string, n),

@@ -164,10 +164,10 @@ func TestNotificationsStayInTheirSchema(t *testing.T) {
 	}
 	// Had the other schema's notification reached us it would arrive first:
 	// notifications are delivered in commit order.
-	if _, err := createJob(t, other, "t", "elsewhere"); err != nil {
+	if err := createJob(t, other, "t", "elsewhere"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := createJob(t, mine, "t", "here"); err != nil {
+	if err := createJob(t, mine, "t", "here"); err != nil {
 		t.Fatal(err)
 	}
 	if got := receive(t, ch, "after creates in two schemas"); got != (store.QueueRef{Tenant: "t", Queue: "here"}) {

@@ -18,44 +18,29 @@ var errNoLease = errors.New("no current lease")
 // lockLease is the fencing compare-and-set shared by every lease-bound call:
 // it locks the job only if tok is its current, unexpired lease, and returns
 // the transaction's instant.
-func lockLease(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken, now time.Time) (*jobRecord, time.Time, error) {
+func lockLease(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken, now time.Time) (time.Time, error) {
 	var at time.Time
-	rec, err := scanJob(tx.QueryRow(ctx, qLockLease, tenant, tok.JobID, tok.WorkerID, tok.Generation, nowArg(now)), &at)
+	_, err := scanJob(tx.QueryRow(ctx, qLockLease, tenant, tok.JobID, tok.WorkerID, tok.Generation, nowArg(now)), &at)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, time.Time{}, errNoLease
+		return time.Time{}, errNoLease
 	}
 	if err != nil {
-		return nil, time.Time{}, err
+		return time.Time{}, err
 	}
-	return rec, at.UTC(), nil
+	return at.UTC(), nil
 }
 
-// replayMatch says whether a job that is no longer leased to tok is the
-// result of this very call made earlier by tok's generation (its response
-// was lost), given the attempt row of that generation.
-type replayMatch func(job *store.Job, attempt *store.Attempt) bool
-
 // diagnose answers a lease-bound call whose compare-and-set matched nothing:
-// ErrNotFound when the tenant has no such job, the job itself when match
-// recognises a repeated terminal report, ErrLeaseLost otherwise.
-func diagnose(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken, match replayMatch) (*store.Job, error) {
-	job, err := getJob(ctx, tx, tenant, tok.JobID)
+// ErrNotFound when the tenant has no such job, ErrLeaseLost otherwise.
+func diagnose(ctx context.Context, tx pgx.Tx, tenant string, tok store.LeaseToken) error {
+	_, err := getJob(ctx, tx, tenant, tok.JobID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("job %s: %w", tok.JobID, store.ErrNotFound)
+		return fmt.Errorf("job %s: %w", tok.JobID, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if match != nil && job.State.Terminal() && job.LeaseOwner == tok.WorkerID && job.LeaseGeneration == tok.Generation {
-		attempt, err := scanAttempt(tx.QueryRow(ctx, qGetAttempt, tenant, tok.JobID, tok.Generation))
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-		if attempt != nil && attempt.WorkerID == tok.WorkerID && match(job, attempt) {
-			return job, nil
-		}
-	}
-	return nil, fmt.Errorf("job %s generation %d: %w", tok.JobID, tok.Generation, store.ErrLeaseLost)
+	return fmt.Errorf("job %s generation %d: %w", tok.JobID, tok.Generation, store.ErrLeaseLost)
 }
 
 // RequestCancel implements store.Store: QUEUED → CANCELLED at once; LEASED

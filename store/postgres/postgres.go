@@ -158,7 +158,7 @@ func Migrate(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return fmt.Errorf("migrate postgres: %w", interpretError(err))
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }() // the migration's outcome is known by now
 	if _, err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
 		return fmt.Errorf("migrate postgres: %w", interpretError(err))
 	}

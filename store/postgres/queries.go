@@ -92,23 +92,6 @@ const (
 
 // Idempotency.
 const (
-	// qClaimIdempotencyKey takes the key for a new job. It returns a row
-	// when the key was free or its record expired (expires_at <= now), and
-	// no row when a live record holds it. A concurrent insert of the same
-	// key blocks until the other transaction ends, so exactly one of them
-	// makes the job. (The WHERE clause reads only the conflicting row,
-	// which is always its newest version; a subquery there would run on the
-	// statement's older snapshot and miss a job committed meanwhile.)
-	qClaimIdempotencyKey = `INSERT INTO idempotency_keys AS k (tenant, operation, key, fingerprint, job_id, expires_at)
-	VALUES ($1, 'create_job', $2, $3, $4, $5)
-	ON CONFLICT (tenant, operation, key) DO UPDATE
-	SET fingerprint = excluded.fingerprint, job_id = excluded.job_id, expires_at = excluded.expires_at
-	WHERE k.expires_at <= $6
-	RETURNING true`
-
-	qGetIdempotencyKey = `SELECT fingerprint, job_id FROM idempotency_keys
-	WHERE tenant = $1 AND operation = 'create_job' AND key = $2`
-
 	// qRetargetIdempotencyKey gives a live record whose job is gone to a
 	// new job: such a record counts as expired.
 	qRetargetIdempotencyKey = `UPDATE idempotency_keys SET fingerprint = $3, job_id = $4, expires_at = $5
@@ -207,9 +190,6 @@ const (
 	WHERE tenant = $1 AND id = $2 AND state = 'leased' AND lease_owner = $3
 	  AND lease_generation = $4 AND lease_expires_at > coalesce($5::timestamptz, now())
 	FOR UPDATE`
-
-	qGetAttempt = `SELECT ` + attemptColumns + ` FROM job_attempts
-	WHERE tenant = $1 AND job_id = $2 AND generation = $3`
 
 	// qListAttempts reads a job's ended attempts and, while it is leased,
 	// its running one from the job row.
@@ -315,9 +295,6 @@ const (
 // Queue policies.
 const (
 	qGetPolicy = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = $1 AND queue = $2`
-
-	qPoliciesForQueues = `SELECT ` + policyColumns + ` FROM queue_policies
-	WHERE tenant = $1 AND queue = ANY($2::text[])`
 
 	qListPolicies = `SELECT ` + policyColumns + ` FROM queue_policies WHERE tenant = $1`
 

@@ -11,36 +11,6 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// loadPolicies returns the effective policy of each queue: the stored one,
-// or store.DefaultQueuePolicy.
-func loadPolicies(ctx context.Context, q querier, tenant string, queues []string) (map[string]store.QueuePolicy, error) {
-	queues = slices.Compact(slices.Sorted(slices.Values(queues)))
-	rows, err := q.Query(ctx, qPoliciesForQueues, tenant, queues)
-	return policiesFrom(rows, err, queues)
-}
-
-// policiesFrom is loadPolicies on the result of qPoliciesForQueues (rows,
-// err) for the sorted, distinct queues, so that the query can be pipelined.
-func policiesFrom(rows pgx.Rows, err error, queues []string) (map[string]store.QueuePolicy, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]store.QueuePolicy, len(queues))
-	stored, err := collect(rows, scanPolicy)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range stored {
-		out[p.Queue] = *p
-	}
-	for _, name := range queues {
-		if _, ok := out[name]; !ok {
-			out[name] = store.DefaultQueuePolicy(name)
-		}
-	}
-	return out, nil
-}
-
 // getPolicy returns the effective policy of one queue.
 func getPolicy(ctx context.Context, q querier, tenant, queue string) (*store.QueuePolicy, error) {
 	p, err := scanPolicy(q.QueryRow(ctx, qGetPolicy, tenant, queue))

@@ -191,14 +191,6 @@ func timeOrZero(t *time.Time) time.Time {
 	return t.UTC()
 }
 
-// timeArg is a nullable timestamptz argument: NULL for the zero time.
-func timeArg(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return normTime(t)
-}
-
 // collect reads every row of rows with scan.
 func collect[T any](rows pgx.Rows, scan func(pgx.Row) (*T, error)) ([]*T, error) {
 	defer rows.Close()

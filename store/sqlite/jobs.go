@@ -154,15 +154,16 @@ func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAn
 			}
 			wake := len(tx.wake)
 			results, err := s.createCall(ctx, tx, c)
-			if errors.Is(err, store.ErrIdempotencyConflict) {
+			switch {
+			case errors.Is(err, store.ErrIdempotencyConflict):
 				if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_call"); rerr != nil {
 					return rerr
 				}
 				tx.wake = tx.wake[:wake]
 				out[i] = createAnswer{err: err}
-			} else if err != nil {
+			case err != nil:
 				return err
-			} else {
+			default:
 				out[i] = createAnswer{results: results}
 			}
 			if _, err := tx.ExecContext(ctx, "RELEASE create_call"); err != nil {
@@ -352,7 +353,10 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		after, afterID = nullMicros(c.at), c.id
 		after.Valid = true // a cursor at the unix epoch is still a cursor
 	}
-	statesJSON, _ := json.Marshal(states)
+	statesJSON, err := json.Marshal(states)
+	if err != nil {
+		return nil, fmt.Errorf("encode states: %w", err)
+	}
 	q := qListJobs
 	if p.View == store.JobViewBasic {
 		q = qListJobsBasic

@@ -199,28 +199,13 @@ func holdLease(ctx context.Context, tx *writeTx, tenant string, t store.LeaseTok
 }
 
 // leaseLost is the answer of a lease-bound call whose compare-and-set
-// matched nothing. replay, when not nil, says whether the job as it is now
-// is the outcome this very call (same worker and generation) already
-// produced; then the job is returned as is (the earlier response was lost).
-// A job the tenant does not have is ErrNotFound; anything else ErrLeaseLost.
-func leaseLost(ctx context.Context, tx *writeTx, tenant string, t store.LeaseToken, replay func(j *store.Job, outcome store.AttemptOutcome, worker string) bool) (*store.Job, error) {
-	row, err := getJobTx(ctx, tx, tenant, t.JobID)
-	if err != nil {
-		return nil, err
+// matched nothing: ErrNotFound for a job the tenant does not have,
+// ErrLeaseLost otherwise.
+func leaseLost(ctx context.Context, tx *writeTx, tenant string, t store.LeaseToken) error {
+	if _, err := getJobTx(ctx, tx, tenant, t.JobID); err != nil {
+		return err
 	}
-	if replay != nil {
-		var worker, outcome string
-		err := tx.QueryRowContext(ctx, qGetAttempt, tenant, t.JobID, t.Generation).Scan(&worker, &outcome)
-		switch {
-		case err == nil:
-			if worker == t.WorkerID && replay(row.job, store.AttemptOutcome(outcome), worker) {
-				return row.job, nil
-			}
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("read attempt: %w", err)
-		}
-	}
-	return nil, fmt.Errorf("job %q generation %d for %q: %w", t.JobID, t.Generation, t.WorkerID, store.ErrLeaseLost)
+	return fmt.Errorf("job %q generation %d for %q: %w", t.JobID, t.Generation, t.WorkerID, store.ErrLeaseLost)
 }
 
 // RequestCancel implements store.Store.

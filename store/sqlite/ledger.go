@@ -33,8 +33,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 			return err
 		}
 		if h == nil {
-			_, err := leaseLost(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return leaseLost(ctx, tx, p.Tenant, p.Token)
 		}
 		var parent string
 		err = tx.QueryRowContext(ctx, qLatestCheckpoint, p.Tenant, p.Token.JobID).Scan(&parent)
@@ -94,8 +93,7 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 			return err
 		}
 		if h == nil {
-			_, err := leaseLost(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return leaseLost(ctx, tx, p.Tenant, p.Token)
 		}
 		existing, err := scanEffect(tx.QueryRowContext(ctx, qGetEffect, p.Tenant, p.Token.JobID, p.Key))
 		switch {
@@ -141,8 +139,7 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 			return err
 		}
 		if h == nil {
-			_, err := leaseLost(ctx, tx, p.Tenant, p.Token, nil)
-			return err
+			return leaseLost(ctx, tx, p.Tenant, p.Token)
 		}
 		eff, err = scanEffect(tx.QueryRowContext(ctx, qRecordEffect, p.Tenant, p.Token.JobID, p.Key,
 			string(p.Status), p.Token.Generation, p.ProviderOperationID, p.Result, micros(now)))

@@ -178,10 +178,12 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		if err != nil {
 			return fmt.Errorf("apply %s to %q: %w", t.State, l.Token.JobID, err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			// Impossible for the single writer that read the lease; refuse
-			// rather than append events for a job that did not move.
-			return fmt.Errorf("apply %s to %q: %d rows moved (%v)", t.State, l.Token.JobID, n, err)
+		// Impossible for the single writer that read the lease; refuse
+		// rather than append events for a job that did not move.
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("apply %s to %q: rows moved: %w", t.State, l.Token.JobID, err)
+		} else if n != 1 {
+			return fmt.Errorf("apply %s to %q: %d rows moved", t.State, l.Token.JobID, n)
 		}
 		for k, e := range t.Events {
 			if _, err := r.tx.ExecContext(ctx, qInsertEvent, l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), string(e.Type), micros(l.Now), e.Data); err != nil {
@@ -197,8 +199,10 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		if err != nil {
 			return fmt.Errorf("renew %q: %w", rn.Token.JobID, err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("renew %q: %d rows renewed (%v)", rn.Token.JobID, n, err)
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("renew %q: rows renewed: %w", rn.Token.JobID, err)
+		} else if n != 1 {
+			return fmt.Errorf("renew %q: %d rows renewed", rn.Token.JobID, n)
 		}
 	}
 	r.tx.wake = append(r.tx.wake, c.Wake...)

@@ -162,7 +162,7 @@ func openWriter(ctx context.Context, path string, busyTimeout time.Duration) (*s
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+		_ = db.Close() // the ping error is the one to report
 		return nil, interpretError(err)
 	}
 	return db, nil
@@ -188,7 +188,7 @@ func open(ctx context.Context, cfg Config, wait lockWait) (_ *Store, err error) 
 	}
 	defer func() {
 		if err != nil {
-			s.closePools()
+			_ = s.closePools() // err is the one to report
 			err = fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
 		}
 	}()
@@ -289,7 +289,7 @@ func (tx *preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
 	if tx.bound == nil {
 		tx.bound = make(map[string]*sql.Stmt)
 	}
-	st = tx.Tx.StmtContext(ctx, st)
+	st = tx.StmtContext(ctx, st)
 	tx.bound[query] = st
 	return st
 }
@@ -332,7 +332,7 @@ func Migrate(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }() // the migration's outcome is known by now
 	if _, err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		return fmt.Errorf("migrate sqlite %s: %w", path, interpretError(err))
 	}
@@ -550,7 +550,7 @@ func createPrivate(path string) error {
 		return fmt.Errorf("create the database file: %w", err)
 	}
 	if err := f.Chmod(filePerm); err != nil {
-		f.Close()
+		_ = f.Close() // the chmod error is the one to report
 		return fmt.Errorf("create the database file: %w", err)
 	}
 	return f.Close()

@@ -76,6 +76,8 @@ func testBatchMixedOutcomes(t *testing.T, h Harness) {
 			r.Result = []byte(`"ok"`)
 		case store.ReportRetry:
 			r.Error = store.JobError{Code: "http_503", Message: "busy", Retryable: true}
+		default:
+			// the other kinds carry no payload
 		}
 		return r
 	}

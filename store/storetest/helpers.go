@@ -201,11 +201,11 @@ func (e *env) mustCreate(tenant string, sp store.JobSpec, now time.Time) *store.
 	return e.createIn(e.s, tenant, sp, "", now)
 }
 
-// claim claims up to max jobs from queue.
-func (e *env) claim(tenant, worker, queue string, max int, leaseFor time.Duration, now time.Time) []store.ClaimedJob {
+// claim claims up to n jobs from queue.
+func (e *env) claim(tenant, worker, queue string, n int, leaseFor time.Duration, now time.Time) []store.ClaimedJob {
 	e.t.Helper()
 	got, err := e.s.Claim(e.ctx, store.ClaimParams{
-		Tenant: tenant, Worker: worker, Queues: []string{queue}, Max: max,
+		Tenant: tenant, Worker: worker, Queues: []string{queue}, Max: n,
 		LeaseDuration: leaseFor, Now: now,
 	})
 	if err != nil {
@@ -379,6 +379,8 @@ func terminalEvents(evs []store.Event) int {
 		switch ev.Type {
 		case store.EventSucceeded, store.EventFailed, store.EventCancelled, store.EventDead:
 			n++
+		default:
+			// not terminal
 		}
 	}
 	return n

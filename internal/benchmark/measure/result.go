@@ -147,7 +147,8 @@ func ParseResult(line string) (*Result, error) {
 	return r, nil
 }
 
-// ErrNoResult: a run's output had no RESULT line.
+// ErrNoResult is returned by FindResult when a run's output had no RESULT
+// line.
 var ErrNoResult = errors.New("no " + ResultPrefix + " line in the output")
 
 // FindResult returns the last RESULT line of a run's output, parsed.

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestResult(t *testing.T) {
 		if s, _ := r.Get(KeySystem); s != "b" {
 			t.Fatalf("system = %q, want b", s)
 		}
-		if _, err := FindResult("no result here\n"); err != ErrNoResult {
+		if _, err := FindResult("no result here\n"); !errors.Is(err, ErrNoResult) {
 			t.Fatalf("FindResult without a line: %v", err)
 		}
 	})
