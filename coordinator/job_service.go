@@ -217,7 +217,7 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 	w, err := c.watches.add(store.JobRef{Tenant: p.Tenant, ID: p.JobID}, connectionKey(ctx))
 	if err != nil {
 		c.overload.watchesRefused.Add(1)
-		c.metrics.WatchLimited(p.Tenant, leaseholdv1.JobService_WatchJob_FullMethodName)
+		c.metrics.WatchLimited(ctx, p.Tenant, leaseholdv1.JobService_WatchJob_FullMethodName)
 		noteRefusal(ctx, refusalWatchLimit, watchLimitRetryDelay)
 		return refusalError(codes.ResourceExhausted, ReasonWatchLimit,
 			err.Error()+": close watches you no longer need, or retry after the RetryInfo delay", watchLimitRetryDelay)

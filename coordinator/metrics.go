@@ -214,31 +214,31 @@ func (m *Metrics) BreakerState(tenant, dependency, state string) {
 // over its rate (RESOURCE_EXHAUSTED, RATE_LIMITED). method is the full gRPC
 // method name. The refusal is also in the Warn summary of its interval
 // (overloadReporter).
-func (m *Metrics) RateLimited(tenant, method string) {
+func (m *Metrics) RateLimited(ctx context.Context, tenant, method string) {
 	if m == nil {
 		return
 	}
-	m.limited.Add(context.Background(), 1, metric.WithAttributes(attrTenant(tenant),
+	m.limited.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant),
 		attribute.String("rpc.method", method), attribute.String("reason", "rate_limited")))
 }
 
 // Shed counts a call refused because the coordinator is over capacity
 // (UNAVAILABLE, OVERLOADED, to be retried). It is in the Warn summary too.
-func (m *Metrics) Shed(method string) {
+func (m *Metrics) Shed(ctx context.Context, method string) {
 	if m == nil {
 		return
 	}
-	m.limited.Add(context.Background(), 1, metric.WithAttributes(
+	m.limited.Add(ctx, 1, metric.WithAttributes(
 		attribute.String("rpc.method", method), attribute.String("reason", "shed")))
 }
 
 // WatchLimited counts a WatchJob refused by a watcher cap
 // (RESOURCE_EXHAUSTED, WATCH_LIMIT).
-func (m *Metrics) WatchLimited(tenant, method string) {
+func (m *Metrics) WatchLimited(ctx context.Context, tenant, method string) {
 	if m == nil {
 		return
 	}
-	m.limited.Add(context.Background(), 1, metric.WithAttributes(attrTenant(tenant),
+	m.limited.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant),
 		attribute.String("rpc.method", method), attribute.String("reason", "watch_limit")))
 }
 

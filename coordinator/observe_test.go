@@ -290,12 +290,12 @@ func TestMetricsRecorderHooks(t *testing.T) {
 	m.DispatchRound(2*time.Millisecond, 5)
 	m.BreakerState("default", "payments-api", BreakerOpen)
 	m.BreakerState("default", "payments-api", "sideways") // ignored
-	m.RateLimited("default", "/leasehold.v1.JobService/CreateJob")
-	m.Shed("/leasehold.v1.WorkerService/Claim")
-	m.WatchLimited("default", "/leasehold.v1.JobService/WatchJob")
+	m.RateLimited(t.Context(), "default", "/leasehold.v1.JobService/CreateJob")
+	m.Shed(t.Context(), "/leasehold.v1.WorkerService/Claim")
+	m.WatchLimited(t.Context(), "default", "/leasehold.v1.JobService/WatchJob")
 	var none *Metrics // components may hold a nil recorder
 	none.CommitBatch("reports", 1, time.Millisecond, nil)
-	none.Shed("x")
+	none.Shed(t.Context(), "x")
 
 	ms := o.collect(t)
 	for _, c := range []struct {

@@ -47,9 +47,8 @@ type callNote struct {
 
 type callNoteKey struct{}
 
-func withCallNote(ctx context.Context) (context.Context, *callNote) {
-	n := &callNote{}
-	return context.WithValue(ctx, callNoteKey{}, n), n
+func withCallNote(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callNoteKey{}, &callNote{})
 }
 
 // noteRefusal records a refusal in the call's note, if it has one.
@@ -76,13 +75,11 @@ func refusedBy(ctx context.Context, kind refusalKind) bool {
 // noteUnary and noteStream are the outermost interceptors: they give each
 // call its note.
 func noteUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	ctx, _ = withCallNote(ctx)
-	return h(ctx, req)
+	return h(withCallNote(ctx), req)
 }
 
 func noteStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	ctx, _ := withCallNote(ss.Context())
-	return h(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	return h(srv, &contextStream{ServerStream: ss, ctx: withCallNote(ss.Context())})
 }
 
 // contextStream is a ServerStream with another context.
@@ -134,7 +131,7 @@ func (c *Coordinator) rateLimitUnary(l *rateLimiter) grpc.UnaryServerInterceptor
 		resp, err := inner(ctx, req, info, h)
 		if err != nil && refusedBy(ctx, refusalRateLimited) {
 			c.overload.rateLimitedCalls.Add(1)
-			c.metrics.RateLimited(tenantFrom(ctx), info.FullMethod)
+			c.metrics.RateLimited(ctx, tenantFrom(ctx), info.FullMethod)
 			return nil, c.rateLimitedError(ctx, l.kind)
 		}
 		return resp, err
@@ -148,7 +145,7 @@ func (c *Coordinator) rateLimitStream(l *rateLimiter) grpc.StreamServerIntercept
 		err := inner(srv, ss, info, h)
 		if err != nil && refusedBy(ss.Context(), refusalRateLimited) {
 			c.overload.rateLimitedStreams.Add(1)
-			c.metrics.RateLimited(tenantFrom(ss.Context()), info.FullMethod)
+			c.metrics.RateLimited(ss.Context(), tenantFrom(ss.Context()), info.FullMethod)
 			return c.rateLimitedError(ss.Context(), l.kind)
 		}
 		return err
@@ -216,7 +213,7 @@ func (l *loadShedder) unary() grpc.UnaryServerInterceptor {
 				t.Stop()
 			case <-t.C:
 				shed.Add(1)
-				l.metrics.Shed(info.FullMethod)
+				l.metrics.Shed(ctx, info.FullMethod)
 				noteRefusal(ctx, refusalOverloaded, shedRetryDelay)
 				return nil, refusalError(codes.Unavailable, ReasonOverloaded,
 					"the coordinator is overloaded: retry after the RetryInfo delay", shedRetryDelay)

@@ -20,8 +20,8 @@ import (
 )
 
 // wantRefusal checks that err is a refusal with reason and a RetryInfo
-// delay in (0, maxDelay], and returns the delay.
-func wantRefusal(t *testing.T, err error, code codes.Code, reason string, maxDelay time.Duration) time.Duration {
+// delay in (0, maxDelay].
+func wantRefusal(t *testing.T, err error, code codes.Code, reason string, maxDelay time.Duration) {
 	t.Helper()
 	st := status.Convert(err)
 	var gotReason string
@@ -37,7 +37,6 @@ func wantRefusal(t *testing.T, err error, code codes.Code, reason string, maxDel
 	if st.Code() != code || gotReason != reason || delay <= 0 || delay > maxDelay {
 		t.Fatalf("err = %v (reason %q, retry after %v); want %v %s with a RetryInfo delay in (0, %v]", err, gotReason, delay, code, reason, maxDelay)
 	}
-	return delay
 }
 
 func TestUnaryCallsAreRateLimitedPerConnectionWithRetryInfo(t *testing.T) {
@@ -99,7 +98,7 @@ func TestStoreWorkBeyondTheInFlightBoundIsShed(t *testing.T) {
 	t.Parallel()
 	counts := &overloadCounts{}
 	shed := newLoadShedder(1, 1, 20*time.Millisecond, counts, nil).unary()
-	ctx, _ := withCallNote(context.Background())
+	ctx := withCallNote(context.Background())
 	entered, release := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
@@ -171,11 +170,11 @@ func TestRateKeyIsThePrincipalOrTheConnection(t *testing.T) {
 		t.Fatal("one principal on two connections has two buckets")
 	}
 	l := newRateLimiter(1, 1, "calls")
-	ctx, _ := withCallNote(withCaller(a, p))
+	ctx := withCallNote(withCaller(a, p))
 	if err := l.Limit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := withCallNote(withCaller(b, p))
+	other := withCallNote(withCaller(b, p))
 	if err := l.Limit(other); err == nil || !refusedBy(other, refusalRateLimited) {
 		t.Fatalf("the principal's second call, on another connection, = %v; want it rate limited", err)
 	}

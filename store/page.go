@@ -64,12 +64,12 @@ type PageBudget struct {
 	n    int
 }
 
-// NewPageBudget returns a budget of max bytes; max 0 is PageBytesDefault.
-func NewPageBudget(max int) *PageBudget {
-	if max <= 0 {
-		max = PageBytesDefault
+// NewPageBudget returns a budget of maxBytes; 0 is PageBytesDefault.
+func NewPageBudget(maxBytes int) *PageBudget {
+	if maxBytes <= 0 {
+		maxBytes = PageBytesDefault
 	}
-	return &PageBudget{left: max}
+	return &PageBudget{left: maxBytes}
 }
 
 // Take counts an item of size bytes and reports whether it belongs on the
@@ -85,12 +85,12 @@ func (b *PageBudget) Take(size int) bool {
 	return true
 }
 
-// FitPage returns how many of items, in order, fit a budget of max bytes
+// FitPage returns how many of items, in order, fit a budget of maxBytes
 // (0: PageBytesDefault) as measured by size: at least one when there are
 // any. Engines that add to rows after reading them (checkpoints, attempt
 // histories) trim the page with it once more.
-func FitPage[T any](items []T, max int, size func(T) int) int {
-	b := NewPageBudget(max)
+func FitPage[T any](items []T, maxBytes int, size func(T) int) int {
+	b := NewPageBudget(maxBytes)
 	for i, it := range items {
 		if !b.Take(size(it)) {
 			return i

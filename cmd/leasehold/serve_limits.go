@@ -96,7 +96,7 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 	for _, name := range limitFlagNames {
 		if v := c.getenv(limitEnv(name)); v != "" {
 			if err := fs.Set(name, v); err != nil && f.envErr == nil {
-				f.envErr = fmt.Errorf("%s=%q: %v", limitEnv(name), v, err)
+				f.envErr = fmt.Errorf("%s=%q: %w", limitEnv(name), v, err)
 			}
 		}
 	}

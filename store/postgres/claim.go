@@ -233,13 +233,8 @@ func (s *Store) claimedJobs(ctx context.Context, tenant string, recs []*jobRecor
 	return out, nil
 }
 
-// latestCheckpoints returns the latest checkpoint of each job that has one.
-func latestCheckpoints(ctx context.Context, q querier, tenant string, ids []string) (map[string]*store.Checkpoint, error) {
-	return latestCheckpointsView(ctx, q, tenant, ids, store.JobViewFull)
-}
-
-// latestCheckpointsView is latestCheckpoints without the states for
-// JobViewBasic.
+// latestCheckpointsView returns the latest checkpoint of each job that has
+// one; without their states for JobViewBasic.
 func latestCheckpointsView(ctx context.Context, q querier, tenant string, ids []string, view store.JobView) (map[string]*store.Checkpoint, error) {
 	if len(ids) == 0 {
 		return nil, nil
