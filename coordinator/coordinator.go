@@ -109,7 +109,7 @@ func New(cfg Config) (*Coordinator, error) {
 			pageBytes: cfg.ListPageBytes, leases: leases},
 		leases:   leases,
 		health:   health.NewServer(),
-		watches:  newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax),
+		watches:  newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax, cfg.Store, cfg.ID),
 		bgCtx:    bgCtx,
 		bgCancel: bgCancel,
 		closing:  make(chan struct{}),
@@ -180,7 +180,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.watchesDone = make(chan struct{})
 		go func() {
 			defer close(c.watchesDone)
-			c.watches.run(c.bgCtx, c.store, c.log)
+			c.watches.run(c.bgCtx, c.log)
 		}()
 		c.readinessDone = make(chan struct{})
 		go func() {

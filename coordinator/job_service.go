@@ -223,6 +223,10 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 			err.Error()+": close watches you no longer need, or retry after the RetryInfo delay", watchLimitRetryDelay)
 	}
 	defer c.watches.remove(w)
+	// Changes are sent to this coordinator from now on.
+	if err := c.watches.present(ctx); err != nil {
+		return toStatus(ctx, c.log, err)
+	}
 	if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {
 		return toStatus(ctx, c.log, err)
 	}

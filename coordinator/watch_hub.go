@@ -21,8 +21,23 @@ import (
 // When the store's notifications may have been lost (the listener fell
 // behind or reconnected) every watcher is woken once and reads again, so
 // a change is late, never missed.
+//
+// The store sends changes only while some coordinator has announced
+// watchers (store.JobChangeNotifier.AnnounceWatchers): the hub announces
+// this coordinator before its first watcher reads (present) and keeps the
+// announcement fresh while it has watchers, and withdraws it once it has
+// none (run).
 type watchHub struct {
 	perConn, total int
+	// notifier is the store's change feed; nil for a store without one.
+	notifier store.JobChangeNotifier
+	// id is this coordinator's id in the store's announcements.
+	id string
+
+	// presMu serialises announcements; it guards presentUntil, the time
+	// until which the announcement made is certainly valid (zero: none).
+	presMu       sync.Mutex
+	presentUntil time.Time
 
 	// mu guards jobs, conns and n.
 	mu    sync.Mutex
@@ -40,9 +55,69 @@ type watcher struct {
 	wake chan struct{}
 }
 
-func newWatchHub(perConn, total int) *watchHub {
-	return &watchHub{perConn: perConn, total: total,
+func newWatchHub(perConn, total int, st store.Store, id string) *watchHub {
+	h := &watchHub{perConn: perConn, total: total, id: id,
 		jobs: make(map[store.JobRef]map[*watcher]struct{}), conns: make(map[string]int)}
+	h.notifier, _ = st.(store.JobChangeNotifier)
+	return h
+}
+
+// Presence: an announcement lasts presenceTTL and is renewed once less than
+// half of it is left (run checks every presenceCheck), so a crashed
+// coordinator's makes the store send changes for a minute at most.
+const (
+	presenceTTL   = time.Minute
+	presenceCheck = 10 * time.Second
+)
+
+// present makes sure this coordinator's watchers are announced, so that
+// changes are sent from now on; WatchJob calls it before its first read.
+// It is a no-op for a store without a change feed, and costs a store write
+// only when the announcement is missing or half spent.
+func (h *watchHub) present(ctx context.Context) error {
+	if h.notifier == nil {
+		return nil
+	}
+	h.presMu.Lock()
+	defer h.presMu.Unlock()
+	if time.Until(h.presentUntil) > presenceTTL/2 {
+		return nil
+	}
+	start := time.Now()
+	if err := h.notifier.AnnounceWatchers(ctx, h.id, presenceTTL); err != nil {
+		return err
+	}
+	lapsed := !h.presentUntil.IsZero() && start.After(h.presentUntil)
+	h.presentUntil = start.Add(presenceTTL)
+	if lapsed {
+		// The announcement expired while watchers waited: changes made
+		// meanwhile were not sent, so every watcher reads again.
+		h.wakeAll()
+	}
+	return nil
+}
+
+// tendPresence renews the announcement while there are watchers and
+// withdraws it once there are none.
+func (h *watchHub) tendPresence(ctx context.Context, log *slog.Logger) {
+	if h.notifier == nil {
+		return
+	}
+	if h.count() > 0 {
+		if err := h.present(ctx); err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "cannot renew the watch announcement; watchers may see changes late",
+				slog.String("error", err.Error()))
+		}
+		return
+	}
+	h.presMu.Lock()
+	defer h.presMu.Unlock()
+	if h.presentUntil.IsZero() || h.count() > 0 {
+		return
+	}
+	if err := h.notifier.WithdrawWatchers(ctx, h.id); err == nil {
+		h.presentUntil = time.Time{}
+	}
 }
 
 // errWatchLimit is returned by add when a cap is reached.
@@ -136,15 +211,37 @@ func (w *watcher) poke() {
 // after the store's subscription failed or ended early.
 const watchResubscribeDelay = time.Second
 
-// run feeds the store's job changes to the hub until ctx ends. It returns
-// at once for a store that is not a store.JobChangeNotifier.
-func (h *watchHub) run(ctx context.Context, st store.Store, log *slog.Logger) {
-	n, ok := st.(store.JobChangeNotifier)
-	if !ok {
+// run feeds the store's job changes to the hub and tends the watch
+// announcement until ctx ends, then withdraws it. It returns at once for a
+// store without a change feed.
+func (h *watchHub) run(ctx context.Context, log *slog.Logger) {
+	if h.notifier == nil {
 		return
 	}
+	done := make(chan struct{})
+	defer func() {
+		<-done
+		// Detached from ctx, which has ended, and bounded: the store closes
+		// after this returns.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = h.notifier.WithdrawWatchers(wctx, h.id) // a failure expires on its own
+	}()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(presenceCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				h.tendPresence(ctx, log)
+			}
+		}
+	}()
 	for ctx.Err() == nil {
-		changes, err := n.SubscribeJobChanges(ctx)
+		changes, err := h.notifier.SubscribeJobChanges(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.WarnContext(ctx, "cannot subscribe to job changes; watchers see changes made through other coordinators late",

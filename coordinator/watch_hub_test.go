@@ -9,7 +9,7 @@ import (
 
 func TestWatchHubWakesOnlyTheChangedJobsWatchers(t *testing.T) {
 	t.Parallel()
-	h := newWatchHub(10, 10)
+	h := newWatchHub(10, 10, nil, "c")
 	a, b := store.JobRef{Tenant: "t", ID: "a"}, store.JobRef{Tenant: "t", ID: "b"}
 	wa, err := h.add(a, "conn-1")
 	if err != nil {
@@ -41,7 +41,7 @@ func TestWatchHubWakesOnlyTheChangedJobsWatchers(t *testing.T) {
 
 func TestWatchHubCaps(t *testing.T) {
 	t.Parallel()
-	h := newWatchHub(2, 3)
+	h := newWatchHub(2, 3, nil, "c")
 	j := store.JobRef{Tenant: "t", ID: "j"}
 	var ws []*watcher
 	for _, conn := range []string{"c1", "c1", "c2"} {
@@ -69,7 +69,7 @@ func TestWatchHubCaps(t *testing.T) {
 // subscription.
 func TestWatchHubConsumesTheStoresChanges(t *testing.T) {
 	t.Parallel()
-	h := newWatchHub(10, 10)
+	h := newWatchHub(10, 10, nil, "c")
 	wa, _ := h.add(store.JobRef{Tenant: "t", ID: "a"}, "c")
 	wb, _ := h.add(store.JobRef{Tenant: "t", ID: "b"}, "c")
 	jobs, lost := make(chan store.JobRef, 1), make(chan struct{}, 1)

@@ -611,9 +611,19 @@ type JobChanges struct {
 // coordinator wakes for a change made through another. Engines without
 // it (SQLite: one file, one coordinator) leave it to the coordinator,
 // which sees every write made through it.
+//
+// Changes are only sent while some coordinator has announced watchers
+// (AnnounceWatchers), so that a database nobody watches pays nothing for
+// them.
 type JobChangeNotifier interface {
 	// SubscribeJobChanges delivers job changes until ctx is done or the
 	// store closes. It returns once changes committed after it are
-	// delivered.
+	// delivered, provided watchers are announced.
 	SubscribeJobChanges(ctx context.Context) (JobChanges, error)
+	// AnnounceWatchers records that the coordinator id has watchers, for
+	// ttl: until then every job change is sent. It returns once that is
+	// committed. Call it again before ttl passes while watchers last.
+	AnnounceWatchers(ctx context.Context, id string, ttl time.Duration) error
+	// WithdrawWatchers removes id's announcement.
+	WithdrawWatchers(ctx context.Context, id string) error
 }

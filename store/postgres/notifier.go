@@ -154,6 +154,25 @@ func (s *Store) SubscribeJobChanges(ctx context.Context) (store.JobChanges, erro
 	return store.JobChanges{Jobs: l.changes, Lost: l.lost}, nil
 }
 
+// AnnounceWatchers implements store.JobChangeNotifier.
+func (s *Store) AnnounceWatchers(ctx context.Context, id string, ttl time.Duration) error {
+	if id == "" || ttl <= 0 {
+		return store.Invalid("id", "an id and a positive ttl are required")
+	}
+	if _, err := s.pool.Exec(ctx, qAnnounceWatchers, id, ttl); err != nil {
+		return s.readError(ctx, "announce_watchers", err)
+	}
+	return nil
+}
+
+// WithdrawWatchers implements store.JobChangeNotifier.
+func (s *Store) WithdrawWatchers(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, qWithdrawWatchers, id); err != nil {
+		return s.readError(ctx, "withdraw_watchers", err)
+	}
+	return nil
+}
+
 func (s *Store) newListener(channel string) *listener {
 	return &listener{
 		channel: channel,

@@ -168,10 +168,11 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	}
 }
 
-// TestJobChangesReachEveryStore: the change trigger tells a subscriber of
-// another store on the same database which job changed, for each change
-// (create, claim, complete), after its commit; another schema's changes
-// never arrive.
+// TestJobChangesReachEveryStore: while watchers are announced, the change
+// trigger tells a subscriber of another store on the same database which
+// job changed, for each change (create, claim, complete), after its
+// commit; before the announcement and after its withdrawal nothing is
+// sent; another schema's changes never arrive.
 func TestJobChangesReachEveryStore(t *testing.T) {
 	t.Parallel()
 	url := migrated(t)
@@ -200,6 +201,18 @@ func TestJobChangesReachEveryStore(t *testing.T) {
 	if err := createJob(t, elsewhere, "acme", "q"); err != nil {
 		t.Fatal(err)
 	}
+	if err := createJob(t, writer, "acme", "unwatched"); err != nil { // nobody announced watchers yet
+		t.Fatal(err)
+	}
+	if err := elsewhere.AnnounceWatchers(t.Context(), "coordinator-elsewhere", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := createJob(t, elsewhere, "acme", "q"); err != nil { // announced in another schema only
+		t.Fatal(err)
+	}
+	if err := watcher.AnnounceWatchers(t.Context(), "coordinator-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	created, err := writer.CreateJobs(t.Context(), store.CreateJobsParams{
 		Tenant: "acme", Requests: []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k"}}},
 	})
@@ -222,5 +235,23 @@ func TestJobChangesReachEveryStore(t *testing.T) {
 	}
 	if got := next("complete"); got != want {
 		t.Fatalf("change after the complete %+v; want %+v", got, want)
+	}
+	if err := watcher.WithdrawWatchers(t.Context(), "coordinator-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := createJob(t, writer, "acme", "unwatched"); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.AnnounceWatchers(t.Context(), "coordinator-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	again, err := writer.CreateJobs(t.Context(), store.CreateJobsParams{
+		Tenant: "acme", Requests: []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next("create after the withdrawal"); got.ID != again[0].Job.ID {
+		t.Fatalf("change %+v; want %s (the job created while nobody watched is not sent)", got, again[0].Job.ID)
 	}
 }

@@ -90,6 +90,15 @@ const (
 	LIMIT $7`
 )
 
+// Watch presence (migration 006): change notifications are sent while a
+// row is unexpired.
+const (
+	qAnnounceWatchers = `INSERT INTO watch_presence (coordinator_id, until) VALUES ($1, now() + $2::interval)
+	ON CONFLICT (coordinator_id) DO UPDATE SET until = excluded.until`
+
+	qWithdrawWatchers = `DELETE FROM watch_presence WHERE coordinator_id = $1`
+)
+
 // Idempotency.
 const (
 	// qRetargetIdempotencyKey gives a live record whose job is gone to a
