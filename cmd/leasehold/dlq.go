@@ -34,6 +34,7 @@ func (c *cli) dlqListCommand() *cobra.Command {
 				return usagef("--limit must not be negative")
 			}
 			req.PageSize = int32(min(limit, 1<<30))
+			req.View = leaseholdv1.JobView_JOB_VIEW_BASIC // as job list: no payloads in a table
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				resp, err := client.ListDeadJobs(ctx, &req)
 				if err != nil {

@@ -163,6 +163,9 @@ func (c *cli) jobListCommand() *cobra.Command {
 				return usagef("--limit must not be negative")
 			}
 			req.PageSize = int32(min(limit, 1<<30))
+			// The table shows no payloads: BASIC pages stay small however
+			// large the jobs are (job get shows one job whole).
+			req.View = leaseholdv1.JobView_JOB_VIEW_BASIC
 			for _, s := range states {
 				st, err := parseJobState(s)
 				if err != nil {

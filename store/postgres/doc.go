@@ -66,4 +66,14 @@
 // reconnects after a second when that connection drops. Payloads carry
 // their kind (see notification in notifier.go), so other kinds of
 // notification can share the channel.
+//
+// Job changes (for WatchJob) are notified by a trigger instead
+// (migration 006): every statement that appends to job_events notifies,
+// once per job, tenant + "\x1f" + job id on leasehold_changes_<8 hex digits
+// of the md5 of the schema>, but only while watch_presence holds an
+// unexpired row (AnnounceWatchers; a coordinator keeps one while it has
+// watchers), since every NOTIFY costs every listening backend of the
+// cluster some work. SubscribeJobChanges listens there; when its
+// subscriber falls behind or the connection comes back after a drop it
+// signals Lost, and watchers read again.
 package postgres

@@ -538,8 +538,12 @@ type ListDeadJobsRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Include abandoned jobs as well.
 	IncludeAbandoned bool `protobuf:"varint,4,opt,name=include_abandoned,json=includeAbandoned,proto3" json:"include_abandoned,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
+	// result or checkpoint state); JOB_VIEW_FULL for whole jobs. The attempt
+	// history is in both.
+	View          JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListDeadJobsRequest) Reset() {
@@ -600,10 +604,18 @@ func (x *ListDeadJobsRequest) GetIncludeAbandoned() bool {
 	return false
 }
 
+func (x *ListDeadJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
 // ListDeadJobsResponse is one page of dead jobs.
 type ListDeadJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Dead jobs, newest first.
+	// Dead jobs, newest first. As in ListJobsResponse, a page may end early
+	// at the page byte budget, and always holds at least one job.
 	DeadJobs []*DeadJob `protobuf:"bytes,1,rep,name=dead_jobs,json=deadJobs,proto3" json:"dead_jobs,omitempty"`
 	// Pass to the next call; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -1681,13 +1693,14 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
 	"\x13ResumeQueueResponse\x121\n" +
-	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\x94\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xbf\x01\n" +
 	"\x13ListDeadJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
-	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\"r\n" +
+	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\x12)\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"r\n" +
 	"\x14ListDeadJobsResponse\x122\n" +
 	"\tdead_jobs\x18\x01 \x03(\v2\x15.leasehold.v1.DeadJobR\bdeadJobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
@@ -1815,13 +1828,14 @@ var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*ListAuditEventsResponse)(nil),   // 32: leasehold.v1.ListAuditEventsResponse
 	(*QueuePolicy)(nil),               // 33: leasehold.v1.QueuePolicy
 	(*QueueStats)(nil),                // 34: leasehold.v1.QueueStats
-	(*DeadJob)(nil),                   // 35: leasehold.v1.DeadJob
-	(*Job)(nil),                       // 36: leasehold.v1.Job
-	(*Breaker)(nil),                   // 37: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),                // 38: leasehold.v1.WorkerInfo
-	(Role)(0),                         // 39: leasehold.v1.Role
-	(*Principal)(nil),                 // 40: leasehold.v1.Principal
-	(*AuditEvent)(nil),                // 41: leasehold.v1.AuditEvent
+	(JobView)(0),                      // 35: leasehold.v1.JobView
+	(*DeadJob)(nil),                   // 36: leasehold.v1.DeadJob
+	(*Job)(nil),                       // 37: leasehold.v1.Job
+	(*Breaker)(nil),                   // 38: leasehold.v1.Breaker
+	(*WorkerInfo)(nil),                // 39: leasehold.v1.WorkerInfo
+	(Role)(0),                         // 40: leasehold.v1.Role
+	(*Principal)(nil),                 // 41: leasehold.v1.Principal
+	(*AuditEvent)(nil),                // 42: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
 	33, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
@@ -1832,55 +1846,56 @@ var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
 	33, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
 	33, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
 	33, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	35, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	35, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	36, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	35, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	37, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	37, // 13: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	38, // 14: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	39, // 15: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	40, // 16: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	40, // 17: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	40, // 18: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	41, // 19: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
-	0,  // 20: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 21: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 22: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 23: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 24: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 25: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 26: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 27: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 28: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 29: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 30: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	23, // 31: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	25, // 32: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
-	27, // 33: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
-	29, // 34: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
-	31, // 35: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	2,  // 36: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 37: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 38: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 39: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 40: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 41: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 42: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 43: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 44: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 45: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 46: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	24, // 47: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	26, // 48: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	28, // 49: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	30, // 50: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	32, // 51: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	35, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
+	36, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	36, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	37, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	36, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	38, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	38, // 14: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	39, // 15: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	40, // 16: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	41, // 17: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	41, // 18: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	41, // 19: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	42, // 20: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	0,  // 21: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	3,  // 22: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	5,  // 23: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	7,  // 24: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	9,  // 25: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	11, // 26: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	13, // 27: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	15, // 28: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	17, // 29: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	19, // 30: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	21, // 31: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	23, // 32: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	25, // 33: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	27, // 34: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	29, // 35: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	31, // 36: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	2,  // 37: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 38: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 39: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 40: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 41: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 42: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 43: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 44: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 45: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 46: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 47: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	24, // 48: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	26, // 49: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	28, // 50: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	30, // 51: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	32, // 52: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	37, // [37:53] is the sub-list for method output_type
+	21, // [21:37] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }

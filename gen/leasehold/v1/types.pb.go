@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// JobView says how much of each job a list returns (AIP-157 partial
+// responses). GetJob always returns the whole job.
+type JobView int32
+
+const (
+	// The default: JOB_VIEW_BASIC.
+	JobView_JOB_VIEW_UNSPECIFIED JobView = 0
+	// Every field except the payload, the result and the checkpoint's state
+	// (its phase, generation and time are kept): the fields that may each be
+	// as large as the payload limit. A page of BASIC jobs stays small
+	// whatever the jobs carry.
+	JobView_JOB_VIEW_BASIC JobView = 1
+	// Every field, as GetJob returns it. Pages of FULL jobs are bounded by the
+	// coordinator's page byte budget and may end early (see next_page_token).
+	JobView_JOB_VIEW_FULL JobView = 2
+)
+
+// Enum value maps for JobView.
+var (
+	JobView_name = map[int32]string{
+		0: "JOB_VIEW_UNSPECIFIED",
+		1: "JOB_VIEW_BASIC",
+		2: "JOB_VIEW_FULL",
+	}
+	JobView_value = map[string]int32{
+		"JOB_VIEW_UNSPECIFIED": 0,
+		"JOB_VIEW_BASIC":       1,
+		"JOB_VIEW_FULL":        2,
+	}
+)
+
+func (x JobView) Enum() *JobView {
+	p := new(JobView)
+	*p = x
+	return p
+}
+
+func (x JobView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobView) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[0].Descriptor()
+}
+
+func (JobView) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[0]
+}
+
+func (x JobView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobView.Descriptor instead.
+func (JobView) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
 // JobState is the public lifecycle state of a job.
 //
 // Who holds a leased job is never inferred from the state: it is the job's
@@ -81,11 +139,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[0].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[1].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[0]
+	return &file_leasehold_v1_types_proto_enumTypes[1]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -94,7 +152,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 // EventType is the type of a job event.
@@ -179,11 +237,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[1].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[2].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[1]
+	return &file_leasehold_v1_types_proto_enumTypes[2]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -192,7 +250,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 // EffectStatus is the state of one external side effect in the ledger.
@@ -242,11 +300,11 @@ func (x EffectStatus) String() string {
 }
 
 func (EffectStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[2].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[3].Descriptor()
 }
 
 func (EffectStatus) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[2]
+	return &file_leasehold_v1_types_proto_enumTypes[3]
 }
 
 func (x EffectStatus) Number() protoreflect.EnumNumber {
@@ -255,7 +313,7 @@ func (x EffectStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EffectStatus.Descriptor instead.
 func (EffectStatus) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // AttemptOutcome is how one attempt ended.
@@ -311,11 +369,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[3].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[3]
+	return &file_leasehold_v1_types_proto_enumTypes[4]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -324,7 +382,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // BreakerState is the state of a circuit breaker.
@@ -369,11 +427,11 @@ func (x BreakerState) String() string {
 }
 
 func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[4].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (BreakerState) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[4]
+	return &file_leasehold_v1_types_proto_enumTypes[5]
 }
 
 func (x BreakerState) Number() protoreflect.EnumNumber {
@@ -382,7 +440,7 @@ func (x BreakerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerState.Descriptor instead.
 func (BreakerState) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // WorkerTransport is how a worker talks to a coordinator.
@@ -425,11 +483,11 @@ func (x WorkerTransport) String() string {
 }
 
 func (WorkerTransport) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (WorkerTransport) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[5]
+	return &file_leasehold_v1_types_proto_enumTypes[6]
 }
 
 func (x WorkerTransport) Number() protoreflect.EnumNumber {
@@ -438,7 +496,7 @@ func (x WorkerTransport) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkerTransport.Descriptor instead.
 func (WorkerTransport) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // LeaseToken identifies one lease generation of one job: the fencing token.
@@ -2032,7 +2090,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"lastSeenAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*J\n" +
+	"\aJobView\x12\x18\n" +
+	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
+	"\rJOB_VIEW_FULL\x10\x02*\xad\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x14\n" +
@@ -2093,69 +2155,70 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_leasehold_v1_types_proto_goTypes = []any{
-	(JobState)(0),                 // 0: leasehold.v1.JobState
-	(EventType)(0),                // 1: leasehold.v1.EventType
-	(EffectStatus)(0),             // 2: leasehold.v1.EffectStatus
-	(AttemptOutcome)(0),           // 3: leasehold.v1.AttemptOutcome
-	(BreakerState)(0),             // 4: leasehold.v1.BreakerState
-	(WorkerTransport)(0),          // 5: leasehold.v1.WorkerTransport
-	(*LeaseToken)(nil),            // 6: leasehold.v1.LeaseToken
-	(*LeaseInfo)(nil),             // 7: leasehold.v1.LeaseInfo
-	(*JobError)(nil),              // 8: leasehold.v1.JobError
-	(*Job)(nil),                   // 9: leasehold.v1.Job
-	(*Event)(nil),                 // 10: leasehold.v1.Event
-	(*Checkpoint)(nil),            // 11: leasehold.v1.Checkpoint
-	(*Effect)(nil),                // 12: leasehold.v1.Effect
-	(*Attempt)(nil),               // 13: leasehold.v1.Attempt
-	(*DeadJob)(nil),               // 14: leasehold.v1.DeadJob
-	(*RetryPolicy)(nil),           // 15: leasehold.v1.RetryPolicy
-	(*QueuePolicy)(nil),           // 16: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),            // 17: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 18: leasehold.v1.Breaker
-	(*WorkerInfo)(nil),            // 19: leasehold.v1.WorkerInfo
-	nil,                           // 20: leasehold.v1.Job.MetadataEntry
-	nil,                           // 21: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(JobView)(0),                  // 0: leasehold.v1.JobView
+	(JobState)(0),                 // 1: leasehold.v1.JobState
+	(EventType)(0),                // 2: leasehold.v1.EventType
+	(EffectStatus)(0),             // 3: leasehold.v1.EffectStatus
+	(AttemptOutcome)(0),           // 4: leasehold.v1.AttemptOutcome
+	(BreakerState)(0),             // 5: leasehold.v1.BreakerState
+	(WorkerTransport)(0),          // 6: leasehold.v1.WorkerTransport
+	(*LeaseToken)(nil),            // 7: leasehold.v1.LeaseToken
+	(*LeaseInfo)(nil),             // 8: leasehold.v1.LeaseInfo
+	(*JobError)(nil),              // 9: leasehold.v1.JobError
+	(*Job)(nil),                   // 10: leasehold.v1.Job
+	(*Event)(nil),                 // 11: leasehold.v1.Event
+	(*Checkpoint)(nil),            // 12: leasehold.v1.Checkpoint
+	(*Effect)(nil),                // 13: leasehold.v1.Effect
+	(*Attempt)(nil),               // 14: leasehold.v1.Attempt
+	(*DeadJob)(nil),               // 15: leasehold.v1.DeadJob
+	(*RetryPolicy)(nil),           // 16: leasehold.v1.RetryPolicy
+	(*QueuePolicy)(nil),           // 17: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),            // 18: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 19: leasehold.v1.Breaker
+	(*WorkerInfo)(nil),            // 20: leasehold.v1.WorkerInfo
+	nil,                           // 21: leasehold.v1.Job.MetadataEntry
+	nil,                           // 22: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	22, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
-	0,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	7,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	22, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	22, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	22, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
-	11, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	22, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
-	1,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	22, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	22, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	22, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	22, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	22, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	22, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	3,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
-	8,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
-	9,  // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
-	13, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	23, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	23, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	23, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
-	15, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	23, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
-	4,  // 27: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	22, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	22, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	21, // 30: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	22, // 31: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	5,  // 32: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	22, // 33: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	23, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	1,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
+	8,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
+	23, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	23, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	23, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
+	12, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
+	23, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	23, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	23, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
+	23, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	23, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	23, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	4,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
+	9,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
+	10, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
+	14, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
+	24, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	24, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	24, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	16, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
+	24, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	5,  // 27: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	23, // 28: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	23, // 29: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	22, // 30: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	23, // 31: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	6,  // 32: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	23, // 33: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
 	34, // [34:34] is the sub-list for method output_type
 	34, // [34:34] is the sub-list for method input_type
 	34, // [34:34] is the sub-list for extension type_name
@@ -2174,7 +2237,7 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
