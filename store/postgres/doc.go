@@ -68,7 +68,7 @@
 // notification can share the channel.
 //
 // Job changes (for WatchJob) are notified by a trigger instead
-// (migration 006): every statement that appends to job_events notifies,
+// (migration 008): every statement that appends to job_events notifies,
 // once per job, tenant + "\x1f" + job id on leasehold_changes_<8 hex digits
 // of the md5 of the schema>, but only while watch_presence holds an
 // unexpired row (AnnounceWatchers; a coordinator keeps one while it has

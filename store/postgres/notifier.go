@@ -100,7 +100,7 @@ func decodeNotification(payload string) (_ notification, ok bool) {
 }
 
 // changeChannelFor is the channel of job changes of the stores working in
-// schema: what the trigger of migration 006 computes from the schema's
+// schema: what the trigger of migration 008 computes from the schema's
 // name.
 func changeChannelFor(schema string) string {
 	sum := md5.Sum([]byte(schema))
@@ -141,7 +141,7 @@ func (s *Store) SubscribeJobs(ctx context.Context) (<-chan store.QueueRef, error
 }
 
 // SubscribeJobChanges implements store.JobChangeNotifier over the change
-// channel the trigger of migration 006 notifies, with one LISTEN
+// channel the trigger of migration 008 notifies, with one LISTEN
 // connection per subscription (a coordinator makes one and fans it out to
 // its watchers). It returns once LISTEN is active.
 func (s *Store) SubscribeJobChanges(ctx context.Context) (store.JobChanges, error) {

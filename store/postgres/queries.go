@@ -90,7 +90,7 @@ const (
 	LIMIT $7`
 )
 
-// Watch presence (migration 006): change notifications are sent while a
+// Watch presence (migration 008): change notifications are sent while a
 // row is unexpired.
 const (
 	qAnnounceWatchers = `INSERT INTO watch_presence (coordinator_id, until) VALUES ($1, now() + $2::interval)
