@@ -38,17 +38,11 @@
 //     match, the row is read to tell a missing job (store.ErrNotFound), a
 //     repeated terminal report from the generation that made it (the same
 //     job is returned) and everything else (store.ErrLeaseLost).
-//   - A cancel-requested job is never claimed again. If its holder never
-//     acknowledges, the next Claim on its queue makes it CANCELLED with its
-//     attempt closed as lease_expired. A Retry or Release of a
-//     cancel-requested job ends it CANCELLED rather than queueing it again.
-//   - An expired lease whose budget is spent (attempts >= max_attempts, or
-//     retry deadline before now) is never taken over: the next Claim on its
-//     queue makes the job DEAD (LEASE_EXPIRED, RUN_FAILED, DEAD; last error
-//     LEASE_EXPIRED), so a job that crashes its worker every time ends in
-//     the dead-letter queue. Both sweeps run before the claim statement,
-//     at most 1,000 rows each, with SKIP LOCKED; the claim statement skips
-//     whatever they leave for a later claim.
+//   - A cancel-requested job is never claimed again; a Retry or Release of
+//     a cancel-requested job ends it CANCELLED rather than queueing it
+//     again. Claims take only queued rows: a lease that expired with no
+//     report is ended by ReapExpired (qLockExpired, SKIP LOCKED, so
+//     concurrent reapers end each lease once) as store.DecideExpiry says.
 //   - Creating a job commits the job, its QUEUED event (sequence 1) and its
 //     idempotency record together. The record is inserted first with
 //     ON CONFLICT, so concurrent creates with one key block on each other
