@@ -52,10 +52,7 @@
 //
 //   - A leased job whose cancel was requested is never claimable again.
 //     Claims take only queued rows: a lease that expired with no report is
-//     ended by ReapExpired as store.DecideExpiry says (CANCELLED when a
-//     cancel was requested, DEAD when the budget is spent, else queued
-//     again), so a job that crashes its worker every time ends in the
-//     dead-letter queue.
+//     ended by ReapExpired as store.DecideExpiry says.
 //   - Complete on a cancel-requested job still succeeds: the holder finished
 //     the work, and the later RequestCancel sees ErrAlreadyFinal.
 //   - Release of a cancel-requested job finishes it as CANCELLED (attempt
