@@ -183,7 +183,7 @@ func (a *adminService) ReplayDeadJob(ctx context.Context, req *leaseholdv1.Repla
 	if !again {
 		c.dispatcher.Wake(tenant, job.Queue)
 	}
-	c.changes.notify()
+	c.watches.notify(tenant, p.JobID, job.ID)
 	return &leaseholdv1.ReplayDeadJobResponse{Job: toJob(job), AlreadyReplayed: again}, nil
 }
 
@@ -202,7 +202,7 @@ func (a *adminService) AbandonDeadJob(ctx context.Context, req *leaseholdv1.Aban
 		return nil, toStatus(ctx, c.log, err)
 	}
 	c.audit(ctx, store.AuditDeadJobAbandoned, p.JobID, map[string]any{"reason": p.Reason, "queue": d.Job.Queue})
-	c.changes.notify()
+	c.watches.notify(p.Tenant, p.JobID)
 	return &leaseholdv1.AbandonDeadJobResponse{DeadJob: toDeadJob(d)}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -49,6 +50,61 @@ const (
 	// MaxConcurrentStreamsDefault bounds concurrent RPCs per client
 	// connection (HTTP/2 streams).
 	MaxConcurrentStreamsDefault = 1000
+	// ListPageBytesDefault is the byte budget of one ListJobs or
+	// ListDeadJobs page (store.PageBytesDefault, 2 MiB): under grpc-go's
+	// default 4 MiB receive limit with room for one large first job.
+	ListPageBytesDefault = store.PageBytesDefault
+	// ListPageBytesMax bounds ListPageBytes: the send limit is derived from
+	// it, and a page is held in memory while it is encoded.
+	ListPageBytesMax = 64 << 20
+	// ConnectionTimeoutDefault bounds a new connection's handshake (TLS and
+	// the HTTP/2 preface): a peer that opens a socket and sends nothing is
+	// closed after it instead of grpc-go's 120s. 5s is ample for a TLS
+	// handshake over a slow link.
+	ConnectionTimeoutDefault = 5 * time.Second
+	// MaxConnectionsDefault caps the connections a listener holds at once,
+	// handshaking or established. Beyond it new connections wait in the
+	// kernel's accept queue until one closes. Workers and producers each
+	// need one connection (they multiplex every call over it), so 10,000
+	// is a large fleet per coordinator, and it stays under a typical 20k+
+	// file-descriptor limit.
+	MaxConnectionsDefault = 10_000
+	// MaxConnectionAgeGraceDefault is how long calls on a connection that
+	// reached MaxConnectionAge get to finish after its GOAWAY.
+	MaxConnectionAgeGraceDefault = 30 * time.Second
+	// UnaryRateDefault and UnaryBurstDefault are each caller's token
+	// bucket for unary calls: 1,000 calls a second sustained, bursts of
+	// 2,000. A BatchCreateJobs of 1,000 jobs is one call, and a fleet
+	// sharing one worker key renews every lease in one call per worker per
+	// heartbeat, so this is far above honest use and far below what one
+	// client can send.
+	UnaryRateDefault  = 1000
+	UnaryBurstDefault = 2000
+	// StreamOpenRateDefault and StreamOpenBurstDefault are each caller's
+	// token bucket for opening streams (Connect, WatchJob): 100 a second,
+	// bursts of 1,000 (a fleet reconnecting after a coordinator restart).
+	StreamOpenRateDefault  = 100
+	StreamOpenBurstDefault = 1000
+	// MaxInFlightReadsDefault and MaxInFlightWritesDefault bound the unary
+	// calls doing store work at once, per lane (reads: Get*/List*; writes:
+	// everything else but Claim). Above the store's connection pool and
+	// its committers' batches (a create flush takes up to 32 calls), so
+	// the store stays busy; low enough that a flood waits in bounded
+	// memory for at most ShedWait. Under the abuse suite's flood of 10,000
+	// creates, more writes in flight only made every call slower.
+	MaxInFlightReadsDefault  = 256
+	MaxInFlightWritesDefault = 256
+	// ShedWaitDefault is how long a call waits for a slot of its lane
+	// before it is refused OVERLOADED.
+	ShedWaitDefault = 500 * time.Millisecond
+	// WatchersPerConnectionMaxDefault caps WatchJob streams per client
+	// connection (below MaxConcurrentStreamsDefault, so a connection that
+	// watches still has streams left for its other calls).
+	WatchersPerConnectionMaxDefault = 500
+	// WatchersMaxDefault caps WatchJob streams per coordinator. An idle
+	// watcher costs one goroutine and a map entry (~10 KB), so 20,000 are
+	// ~200 MB at most.
+	WatchersMaxDefault = 20_000
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -94,6 +150,11 @@ type Config struct {
 	// results. Default PayloadMaxBytesDefault (1 MiB); at most
 	// store.PayloadMaxBytes.
 	PayloadMaxBytes int
+	// ListPageBytes is the byte budget of one ListJobs or ListDeadJobs
+	// page: a page whose jobs would exceed it ends early with a
+	// next_page_token (it always holds one job). Default
+	// ListPageBytesDefault (2 MiB); at most ListPageBytesMax.
+	ListPageBytes int
 	// DefaultLeaseDuration is the lease of a Renew or stream heartbeat that
 	// names none, and the lease announced in Welcome when Hello names none.
 	// Claims without a duration use their queue policy's default. Default
@@ -133,6 +194,55 @@ type Config struct {
 	// MaxConcurrentStreams bounds concurrent RPCs per client connection.
 	// Default MaxConcurrentStreamsDefault (1000).
 	MaxConcurrentStreams uint32
+	// ConnectionTimeout bounds a new connection's handshake. Default
+	// ConnectionTimeoutDefault (5s).
+	ConnectionTimeout time.Duration
+	// MaxConnections caps the connections each listener holds at once (a
+	// limiting net.Listener: further connections wait to be accepted).
+	// Default MaxConnectionsDefault (10,000).
+	MaxConnections int
+	// MaxConnectionAge, when positive, ends each connection after about
+	// this long (grpc-go adds ±10% jitter) with a GOAWAY, so clients
+	// reconnect and spread over the replicas behind a load balancer (a
+	// Kubernetes Service balances connections, not calls). Calls in flight
+	// get MaxConnectionAgeGrace to finish; worker streams still open then
+	// are cut, and the SDK reconnects. Default 0: connections live for
+	// ever (worker streams are meant to last hours).
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is the grace after MaxConnectionAge. Default
+	// MaxConnectionAgeGraceDefault (30s).
+	MaxConnectionAgeGrace time.Duration
+	// UnaryRate and UnaryBurst are each caller's token bucket for unary
+	// calls (per principal; per client connection with AuthNone). Refused
+	// calls get RESOURCE_EXHAUSTED, reason RATE_LIMITED, with a RetryInfo
+	// delay. Defaults UnaryRateDefault (1,000/s) and UnaryBurstDefault
+	// (2,000); a negative rate disables the limit.
+	UnaryRate  float64
+	UnaryBurst int
+	// StreamOpenRate and StreamOpenBurst are the same for opening streams
+	// (Connect, WatchJob). Defaults StreamOpenRateDefault (100/s) and
+	// StreamOpenBurstDefault (1,000); a negative rate disables the limit.
+	StreamOpenRate  float64
+	StreamOpenBurst int
+	// MaxInFlightReads and MaxInFlightWrites bound the unary calls doing
+	// store work at once (see loadShedder); a call that finds its lane
+	// full for ShedWait is refused UNAVAILABLE, reason OVERLOADED, with a
+	// RetryInfo delay. Defaults MaxInFlightReadsDefault (256),
+	// MaxInFlightWritesDefault (256), ShedWaitDefault (500ms).
+	MaxInFlightReads  int
+	MaxInFlightWrites int
+	ShedWait          time.Duration
+	// WatchersPerConnectionMax and WatchersMax cap WatchJob streams per
+	// client connection and per coordinator (RESOURCE_EXHAUSTED, reason
+	// WATCH_LIMIT). Defaults WatchersPerConnectionMaxDefault (500) and
+	// WatchersMaxDefault (20,000).
+	WatchersPerConnectionMax int
+	WatchersMax              int
+	// OverloadLogInterval is how often the refusals of the rate limits,
+	// the load shedder and the watch caps are logged, at Warn, as one
+	// summary line with counts (when there were any). Default
+	// OverloadLogIntervalDefault (10s); negative disables.
+	OverloadLogInterval time.Duration
 	// ActivityLogInterval is how often the coordinator logs its activity
 	// counters (jobs created, leases granted, outcomes) at Info, when they
 	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
@@ -181,6 +291,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Version = cmp.Or(c.Version, VersionDefault)
 	c.PayloadMaxBytes = cmp.Or(c.PayloadMaxBytes, PayloadMaxBytesDefault)
+	c.ListPageBytes = cmp.Or(c.ListPageBytes, ListPageBytesDefault)
 	c.DefaultLeaseDuration = cmp.Or(c.DefaultLeaseDuration, store.LeaseDurationDefault)
 	c.IdempotencyWindow = cmp.Or(c.IdempotencyWindow, IdempotencyWindowDefault)
 	c.UnaryTimeout = cmp.Or(c.UnaryTimeout, UnaryTimeoutDefault)
@@ -190,6 +301,19 @@ func (c Config) WithDefaults() Config {
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
+	c.ConnectionTimeout = cmp.Or(c.ConnectionTimeout, ConnectionTimeoutDefault)
+	c.UnaryRate = cmp.Or(c.UnaryRate, UnaryRateDefault)
+	c.UnaryBurst = cmp.Or(c.UnaryBurst, UnaryBurstDefault)
+	c.StreamOpenRate = cmp.Or(c.StreamOpenRate, StreamOpenRateDefault)
+	c.StreamOpenBurst = cmp.Or(c.StreamOpenBurst, StreamOpenBurstDefault)
+	c.MaxInFlightReads = cmp.Or(c.MaxInFlightReads, MaxInFlightReadsDefault)
+	c.MaxInFlightWrites = cmp.Or(c.MaxInFlightWrites, MaxInFlightWritesDefault)
+	c.ShedWait = cmp.Or(c.ShedWait, ShedWaitDefault)
+	c.WatchersPerConnectionMax = cmp.Or(c.WatchersPerConnectionMax, WatchersPerConnectionMaxDefault)
+	c.WatchersMax = cmp.Or(c.WatchersMax, WatchersMaxDefault)
+	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
+	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
+	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
 	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
@@ -228,6 +352,33 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate}} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			errs = append(errs, fmt.Errorf("coordinator: %s must be a number of calls a second (negative: unlimited)", r.name))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxConnections", c.MaxConnections},
+		{"UnaryBurst", c.UnaryBurst},
+		{"StreamOpenBurst", c.StreamOpenBurst},
+		{"MaxInFlightReads", c.MaxInFlightReads},
+		{"MaxInFlightWrites", c.MaxInFlightWrites},
+		{"WatchersPerConnectionMax", c.WatchersPerConnectionMax},
+		{"WatchersMax", c.WatchersMax},
+	} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
+		}
+	}
+	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
+	}
 	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
 		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
 	}
@@ -245,6 +396,10 @@ func (c Config) Validate() error {
 		{"ReadinessProbeInterval", c.ReadinessProbeInterval},
 		{"QueueMetricsInterval", c.QueueMetricsInterval},
 		{"WorkerSeenWindow", c.WorkerSeenWindow},
+		{"ConnectionTimeout", c.ConnectionTimeout},
+		{"MaxConnectionAge", c.MaxConnectionAge},
+		{"MaxConnectionAgeGrace", c.MaxConnectionAgeGrace},
+		{"ShedWait", c.ShedWait},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))

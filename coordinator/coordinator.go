@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -38,14 +39,23 @@ type Coordinator struct {
 	dispatcher *dispatch.Dispatcher
 	reaper     *reaper.Reaper
 	pruner     *retention.Pruner
-	changes    *broadcast
-	activity   activity
-	reporter   *activityReporter
-	leases     leaseSigner
-	metrics    *Metrics
-	tracer     trace.Tracer
-	ready      readiness
-	seen       *seenWorkers
+	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
+	// closed when its store subscription has returned (nil until Serve).
+	watches     *watchHub
+	watchesDone chan struct{}
+	activity    activity
+	reporter    *activityReporter
+	// overload counts the defences' refusals; overloadRep logs them.
+	overload    overloadCounts
+	overloadRep *overloadReporter
+	unaryLimit  *rateLimiter
+	streamLimit *rateLimiter
+	shedder     *loadShedder
+	leases      leaseSigner
+	metrics     *Metrics
+	tracer      trace.Tracer
+	ready       readiness
+	seen        *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
 	// readinessDone is closed when the store prober has returned; nil
@@ -92,13 +102,14 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		v:        validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration, leases: leases},
+		cfg:   cfg,
+		log:   cfg.Logger,
+		store: cfg.Store,
+		v: validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration,
+			pageBytes: cfg.ListPageBytes, leases: leases},
 		leases:   leases,
 		health:   health.NewServer(),
-		changes:  newBroadcast(),
+		watches:  newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax, cfg.Store, cfg.ID),
 		bgCtx:    bgCtx,
 		bgCancel: bgCancel,
 		closing:  make(chan struct{}),
@@ -107,6 +118,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.reporter = &activityReporter{
 		interval: cfg.ActivityLogInterval, log: cfg.Logger, counts: &c.activity, streams: c.streams,
 	}
+	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
+	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
+	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
@@ -122,6 +136,7 @@ func New(cfg Config) (*Coordinator, error) {
 		bgCancel(nil)
 		return nil, err
 	}
+	c.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &c.overload, c.metrics)
 	c.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
@@ -161,6 +176,12 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
 		c.reporter.Start(c.bgCtx)
+		c.overloadRep.Start(c.bgCtx)
+		c.watchesDone = make(chan struct{})
+		go func() {
+			defer close(c.watchesDone)
+			c.watches.run(c.bgCtx, c.log)
+		}()
 		c.readinessDone = make(chan struct{})
 		go func() {
 			defer close(c.readinessDone)
@@ -171,7 +192,10 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		slog.String("listen", lis.Addr().String()), slog.String("engine", c.store.Engine()),
 		slog.String("coordinator_id", c.cfg.ID), slog.String("auth", string(c.cfg.Auth)),
 		slog.Bool("tls", c.cfg.TLS != nil))
-	err := c.grpc.Serve(lis)
+	// At most MaxConnections at once on this listener; the rest wait in
+	// the accept queue (a handshake that never completes is closed after
+	// ConnectionTimeout, freeing its slot).
+	err := c.grpc.Serve(netutil.LimitListener(lis, c.cfg.MaxConnections))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -257,9 +281,13 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.reaper.Stop()
 	c.pruner.Stop()
 	c.reporter.Stop()
+	c.overloadRep.Stop()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
 	if c.readinessDone != nil {
 		<-c.readinessDone
+	}
+	if c.watchesDone != nil {
+		<-c.watchesDone
 	}
 	c.reporter.runOnce(ctx, activityCounts{})
 
@@ -322,7 +350,9 @@ func (c *Coordinator) reaped(res store.ReapResult) {
 	for _, q := range res.Requeued {
 		c.dispatcher.Wake(q.Tenant, q.Queue)
 	}
-	c.changes.notify()
+	for _, j := range res.Jobs {
+		c.watches.notify(j.Tenant, j.ID)
+	}
 }
 
 // holder returns the stream on this coordinator through which worker
@@ -359,29 +389,6 @@ func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string)
 	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_CancelRequested{
 		CancelRequested: &leaseholdv1.CancelNotice{Token: toToken(tok), Reason: reason},
 	}})
-}
-
-// broadcast wakes every waiter at once: a channel closed and replaced on
-// each notify. WatchJob waits on it for writes made through this
-// coordinator.
-type broadcast struct {
-	mu sync.Mutex // guards ch
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	close(b.ch)
-	b.ch = make(chan struct{})
 }
 
 // Waiters returns the worker ids of the streams and long-poll Claims

@@ -34,8 +34,8 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 	m.CommitBatch("reports", 3, time.Millisecond, nil)
 	m.DispatchRound(time.Millisecond, 2)
 	m.BreakerState(TenantDefault, "payments", BreakerOpen)
-	m.RateLimited(TenantDefault, "/leasehold.v1.JobService/CreateJob")
-	m.Shed("/leasehold.v1.WorkerService/Claim")
+	m.RateLimited(ctx, TenantDefault, "/leasehold.v1.JobService/CreateJob")
+	m.Shed(ctx, "/leasehold.v1.WorkerService/Claim")
 	m.jobEnded(ctx, TenantDefault, &store.Job{Queue: "q", State: store.JobStateSucceeded})
 	if _, err := (&jobService{c: o.c}).CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "q", Kind: "k"}}); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,31 @@
 // revocation takes to reach every coordinator; streams re-check theirs and
 // end when it is revoked.
 //
+// # Under load and abuse
+//
+// Every resource one client can take is bounded, and each bound is a
+// Config field with its reason beside its default (config.go):
+//
+//   - connections: a handshake timeout and a cap per listener
+//     (netutil.LimitListener), an optional MaxConnectionAge so clients
+//     rebalance;
+//   - messages: the receive limit (payload limit plus headroom) and an
+//     explicit send limit; list pages have a byte budget and a BASIC view
+//     without payloads, decided in the store so that a page never holds
+//     more than it returns;
+//   - calls: token buckets per principal (per connection with AuthNone)
+//     for unary calls and stream opens, and a bound on in-flight store
+//     work in a read lane and a write lane (refusals.go);
+//   - watches: WatchJob sleeps in the watchHub until its job changes
+//     (local writes, and the store's change notifications across
+//     coordinators), capped per connection and in total (watch_hub.go);
+//   - worker streams: the outbound queue bounds of session.go.
+//
+// Refusals carry an ErrorInfo reason and a RetryInfo delay, happen before
+// the call does anything (so they are always safe to repeat, which the Go
+// SDK does), and are logged as one Warn summary per interval. The e2e
+// abuse suite measures each bound against a real process.
+//
 // # Circuit breakers
 //
 // Breakers live in the store (store/breaker.go decides, the engines keep

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -149,7 +150,7 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 		c.activity.cancelled.Add(1)
 		c.metrics.jobEnded(ctx, p.Tenant, job)
 	}
-	c.changes.notify()
+	c.watches.notify(p.Tenant, job.ID)
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil
 }
 
@@ -187,17 +188,19 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *leaseholdv1.ListJob
 	return &leaseholdv1.ListJobEventsResponse{Events: out, HasMore: more}, nil
 }
 
-// Watch polling bounds: the first re-check after an idle poll, and the
-// slowest. Writes through this coordinator wake watchers at once; writes
-// through another one are seen within watchPollMax.
-const (
-	watchPollMin = 50 * time.Millisecond
-	watchPollMax = time.Second
-)
+// watchLimitRetryDelay is the RetryInfo delay of a WatchJob refused by a
+// watcher cap: watchers end when their jobs do, so slots free up, but not
+// within milliseconds.
+const watchLimitRetryDelay = 5 * time.Second
 
 // WatchJob sends the events after after_sequence, then new ones, and ends
-// after the terminal event. At shutdown it ends with UNAVAILABLE (reason
-// SHUTTING_DOWN): resume elsewhere from the last sequence received.
+// after the terminal event. The stream subscribes to its job in the
+// coordinator's watchHub and sleeps until that job changes (through this
+// coordinator, or through another one sharing the store): an idle watcher
+// costs no store reads. Watchers are capped per connection and per
+// coordinator (RESOURCE_EXHAUSTED, reason WATCH_LIMIT). At shutdown it ends
+// with UNAVAILABLE (reason SHUTTING_DOWN): resume elsewhere from the last
+// sequence received.
 func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leaseholdv1.JobService_WatchJobServer) error {
 	c := s.c
 	ctx := stream.Context()
@@ -209,15 +212,26 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 		return err
 	}
 	p.Tenant = tenantFrom(ctx)
+	// Subscribe before the first read, so that no change after it is
+	// missed.
+	w, err := c.watches.add(store.JobRef{Tenant: p.Tenant, ID: p.JobID}, connectionKey(ctx))
+	if err != nil {
+		c.overload.watchesRefused.Add(1)
+		c.metrics.WatchLimited(ctx, p.Tenant, leaseholdv1.JobService_WatchJob_FullMethodName)
+		noteRefusal(ctx, refusalWatchLimit, watchLimitRetryDelay)
+		return refusalError(codes.ResourceExhausted, ReasonWatchLimit,
+			err.Error()+": close watches you no longer need, or retry after the RetryInfo delay", watchLimitRetryDelay)
+	}
+	defer c.watches.remove(w)
+	// Changes are sent to this coordinator from now on.
+	if err := c.watches.present(ctx); err != nil {
+		return toStatus(ctx, c.log, err)
+	}
 	if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {
 		return toStatus(ctx, c.log, err)
 	}
 	first := true
-	backoff := watchPollMin
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	for {
-		wake := c.changes.wait() // before reading, so no write is missed
 		evs, err := c.store.ListEvents(ctx, p)
 		if err != nil {
 			return toStatus(ctx, c.log, err)
@@ -254,21 +268,21 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 			}
 		}
 		first = false
-		if len(evs) > 0 {
-			backoff = watchPollMin
-		} else {
-			backoff = min(backoff*2, watchPollMax)
-		}
-		timer.Reset(backoff)
 		select {
 		case <-ctx.Done():
 			return toStatus(ctx, c.log, ctx.Err())
 		case <-c.closing:
 			return statusError(codes.Unavailable, ReasonShuttingDown,
 				"coordinator shutting down: watch again elsewhere with after_sequence set to the last sequence received")
-		case <-wake:
-			backoff = watchPollMin
-		case <-timer.C:
+		case <-w.wake:
 		}
 	}
+}
+
+// connectionKey names the client connection of a call: its peer address.
+func connectionKey(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }

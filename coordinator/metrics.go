@@ -103,7 +103,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.breakerTransitions = counter("leasehold.breaker.transitions", "{transition}",
 		"Circuit breaker transitions, by tenant, dependency and the state entered.")
 	m.limited = counter("leasehold.rpc.limited", "{call}",
-		"Calls refused before their handler ran, by method and reason: rate_limited (a tenant over its rate) or shed (the coordinator over its capacity).")
+		"Calls refused before they did anything, by method and reason: rate_limited (a caller over its rate), shed (the coordinator over its capacity) or watch_limit (a watcher cap).")
 	m.queueMetricsErrors = counter("leasehold.queue.metrics.errors", "{error}",
 		"Failed store readings of the queue gauges (the gauges are absent until the next success).")
 
@@ -210,25 +210,36 @@ func (m *Metrics) BreakerState(tenant, dependency, state string) {
 	m.breakerTransitions.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("state", state))...))
 }
 
-// RateLimited counts a call refused because tenant is over its rate
-// (RESOURCE_EXHAUSTED). method is the full gRPC method name. The limiter
-// that calls it also logs the refusal at Warn, at most once per interval.
-func (m *Metrics) RateLimited(tenant, method string) {
+// RateLimited counts a call refused because its caller (of tenant) is
+// over its rate (RESOURCE_EXHAUSTED, RATE_LIMITED). method is the full gRPC
+// method name. The refusal is also in the Warn summary of its interval
+// (overloadReporter).
+func (m *Metrics) RateLimited(ctx context.Context, tenant, method string) {
 	if m == nil {
 		return
 	}
-	m.limited.Add(context.Background(), 1, metric.WithAttributes(attrTenant(tenant),
+	m.limited.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant),
 		attribute.String("rpc.method", method), attribute.String("reason", "rate_limited")))
 }
 
 // Shed counts a call refused because the coordinator is over capacity
-// (UNAVAILABLE, to be retried elsewhere). The shedder logs at Warn too.
-func (m *Metrics) Shed(method string) {
+// (UNAVAILABLE, OVERLOADED, to be retried). It is in the Warn summary too.
+func (m *Metrics) Shed(ctx context.Context, method string) {
 	if m == nil {
 		return
 	}
-	m.limited.Add(context.Background(), 1, metric.WithAttributes(
+	m.limited.Add(ctx, 1, metric.WithAttributes(
 		attribute.String("rpc.method", method), attribute.String("reason", "shed")))
+}
+
+// WatchLimited counts a WatchJob refused by a watcher cap
+// (RESOURCE_EXHAUSTED, WATCH_LIMIT).
+func (m *Metrics) WatchLimited(ctx context.Context, tenant, method string) {
+	if m == nil {
+		return
+	}
+	m.limited.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant),
+		attribute.String("rpc.method", method), attribute.String("reason", "watch_limit")))
 }
 
 func attrTenant(t string) attribute.KeyValue { return attribute.String("tenant", t) }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"log/slog"
-	"math"
 	"runtime/debug"
 	"time"
 
@@ -24,14 +23,14 @@ import (
 // Transport limits. Each is explicit so that its reason is written down
 // (grpc-go leaves several at "unlimited").
 const (
-	// recvHeadroom is added to the payload limit to get the largest request
+	// RecvHeadroom is added to the payload limit to get the largest request
 	// accepted off the wire: room for the envelope (metadata, names, ids) of
 	// a request that carries one maximal payload. A request whose payload
 	// is slightly over the limit therefore still arrives and is answered
 	// with a BadRequest naming the field, instead of a bare
 	// RESOURCE_EXHAUSTED from the transport. Batches must fit in the same
 	// budget: split large payloads over several BatchCreateJobs calls.
-	recvHeadroom = 1 << 20
+	RecvHeadroom = 1 << 20
 	// keepaliveMinTime is the most often a client may ping without a
 	// stream; more frequent pings are a misbehaving client and get the
 	// connection closed (GOAWAY "too_many_pings"). SDKs ping every 30s.
@@ -42,6 +41,12 @@ const (
 	keepaliveTime = 30 * time.Second
 	// keepaliveTimeout: a ping unanswered this long closes the connection.
 	keepaliveTimeout = 10 * time.Second
+	// sendFloor is the least send limit (see sendLimit).
+	sendFloor = 64 << 20
+	// attemptHistoryMax is the most a dead job's attempt history can
+	// encode to: store.MaxAttemptsMax attempts with an error message of
+	// store.ErrorMessageMaxLen each, rounded up.
+	attemptHistoryMax = 9 << 20
 	// claimWaitMargin is added to a long-poll Claim's wait for its
 	// server-side deadline: the store calls around the wait still need time.
 	claimWaitMargin = 10 * time.Second
@@ -51,12 +56,15 @@ const (
 // tracing and the interceptor chains.
 //
 // Chain order, outermost first (go-grpc-middleware's example server):
-// logging sees every call with its final code, refusals included; auth
-// (skipped by a selector for health and reflection, which are public)
-// resolves the caller and checks the method's permission before any
-// handler runs; the unary deadline applies to the handler only; recovery
+// the call's note (refusals.go), which the inner defences write and the
+// logger reads; logging sees every call with its final code, refusals
+// included; auth (skipped by a selector for health and reflection, which
+// are public) resolves the caller and checks the method's permission
+// before any handler runs; the rate limits, after auth so that buckets are
+// per principal; the load shedder, so that only admitted calls wait for
+// store work; the unary deadline applies to the handler only; recovery
 // is innermost so a panic becomes INTERNAL and is still logged by the
-// logging interceptor with that code. Metrics, when added, go outermost.
+// logging interceptor with that code. Metrics come from the stats handler.
 func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	logOpts := []logging.Option{
 		// Only the finish line: method, code, duration and peer come with
@@ -73,13 +81,9 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
-		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + recvHeadroom),
-		// Responses carry whole jobs (ListJobs pages, batches of claimed
-		// jobs), up to page size × payload limit; they are bounded by the
-		// page and batch limits rather than by a byte cap here. Clients
-		// reading large pages must raise their own receive limit (4 MiB by
-		// default) or ask for smaller pages.
-		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + RecvHeadroom),
+		// Bounds any one response; see sendLimit.
+		grpc.MaxSendMsgSize(c.sendLimit()),
 		// Each worker stream and long-poll Claim is one HTTP/2 stream; this
 		// bounds what one connection can hold open.
 		grpc.MaxConcurrentStreams(c.cfg.MaxConcurrentStreams),
@@ -89,22 +93,25 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 			// is legitimate.
 			PermitWithoutStream: true,
 		}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    keepaliveTime,
-			Timeout: keepaliveTimeout,
-			// MaxConnectionIdle and MaxConnectionAge stay infinite: worker
-			// streams are meant to live for hours, and forcibly aging a
-			// connection would cut them without a Drain.
-		}),
+		// A connection that has not finished its handshake (TLS, HTTP/2
+		// preface) in this long is closed: sockets that never speak must
+		// not hold a slot of MaxConnections.
+		grpc.ConnectionTimeout(c.cfg.ConnectionTimeout),
+		grpc.KeepaliveParams(c.keepaliveParams()),
 		grpc.ChainUnaryInterceptor(
+			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
+			selector.UnaryServerInterceptor(c.rateLimitUnary(c.unaryLimit), needsAuth),
+			selector.UnaryServerInterceptor(c.shedder.unary(), needsAuth),
 			c.deadlineUnary(),
 			recovery.UnaryServerInterceptor(recoveryOpt),
 		),
 		grpc.ChainStreamInterceptor(
+			noteStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
+			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),
 		),
 	}
@@ -112,6 +119,32 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
 	}
 	return opts
+}
+
+// keepaliveParams pings idle connections and, when MaxConnectionAge is
+// set, ages connections out so clients rebalance. MaxConnectionIdle stays
+// infinite: an idle worker connection is a worker waiting for work.
+func (c *Coordinator) keepaliveParams() keepalive.ServerParameters {
+	p := keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}
+	if c.cfg.MaxConnectionAge > 0 {
+		p.MaxConnectionAge = c.cfg.MaxConnectionAge
+		p.MaxConnectionAgeGrace = c.cfg.MaxConnectionAgeGrace
+	}
+	return p
+}
+
+// sendLimit is the largest response the server sends. List pages are
+// held to ListPageBytes by their byte budget (plus the one job a page
+// always holds, which may be over it); the largest single answers are a
+// whole job (payload, result and checkpoint state, each up to the payload
+// limit) and a dead job's attempt history. The limit covers all of those,
+// and is never below sendFloor, so that a unary Claim of a batch of
+// ordinary jobs fits: a Claim of many large jobs is the one answer that
+// can exceed it (RESOURCE_EXHAUSTED; its leases then expire unreported):
+// claim fewer at a time, or use Connect, which pushes one lease per
+// message.
+func (c *Coordinator) sendLimit() int {
+	return max(sendFloor, c.cfg.ListPageBytes+4*c.cfg.PayloadMaxBytes+attemptHistoryMax+RecvHeadroom)
 }
 
 // needsAuth selects every call except those to the public services
@@ -124,15 +157,20 @@ var needsAuth = selector.MatchFunc(func(_ context.Context, cm interceptors.CallM
 // interceptorLogger adapts slog to go-grpc-middleware's logger.
 func interceptorLogger(l *slog.Logger) logging.Logger {
 	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		if refused(ctx) {
+			// Counted and summarised at Warn by overloadReporter.
+			lvl = logging.LevelDebug
+		}
 		l.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
 }
 
 // codeToLevel keeps routine calls at Debug (a busy fleet makes thousands a
 // second), caller mistakes at Info, and server trouble at Warn/Error:
-// UNAVAILABLE (the store is down, or calls are shed) and RESOURCE_EXHAUSTED
-// (a caller over its rate, the server overloaded) are both signs of
-// overload an operator should see. Cancelled calls are client-caused
+// UNAVAILABLE (the store is down) and RESOURCE_EXHAUSTED (a message over a
+// size limit) are signs an operator should see. The refusals of the
+// overload defences are the exception: their lines drop to Debug
+// (interceptorLogger) and one Warn summary per interval counts them. Cancelled calls are client-caused
 // endings (a worker closing its stream) and stay at Debug.
 func codeToLevel(code codes.Code) logging.Level {
 	switch code {

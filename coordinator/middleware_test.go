@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -103,7 +104,7 @@ func TestLogsNeverCarryPayloadsOrIdempotencyKeys(t *testing.T) {
 func TestPanicBecomesInternalAndIsLoggedWithStack(t *testing.T) {
 	t.Parallel()
 	conn, logs := setup(t, nil)
-	_, err := leaseholdv1.NewJobServiceClient(conn).GetJob(context.Background(), &leaseholdv1.GetJobRequest{JobId: "j"})
+	_, err := leaseholdv1.NewJobServiceClient(conn).GetJob(context.Background(), &leaseholdv1.GetJobRequest{JobId: "0191d9c8-3f1e-7a2b-9c4d-5e6f7a8b9c0d"})
 	st := status.Convert(err)
 	if st.Code() != codes.Internal || strings.Contains(st.Message(), "secret") {
 		t.Fatalf("panic answered as %v %q", st.Code(), st.Message())
@@ -139,9 +140,15 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "Store is required") {
 		t.Fatalf("Validate without a store = %v", err)
 	}
-	bad := Config{Store: faultyStore{}, Tenant: "bad tenant", DefaultLeaseDuration: time.Hour + 1, PayloadMaxBytes: store.PayloadMaxBytes + 1}.WithDefaults()
+	if d.ListPageBytes != ListPageBytesDefault || d.ConnectionTimeout != ConnectionTimeoutDefault || d.MaxConnections != MaxConnectionsDefault ||
+		d.UnaryRate != UnaryRateDefault || d.StreamOpenBurst != StreamOpenBurstDefault || d.MaxInFlightWrites != MaxInFlightWritesDefault ||
+		d.WatchersMax != WatchersMaxDefault || d.MaxConnectionAge != 0 {
+		t.Fatalf("limit defaults = %+v", d)
+	}
+	bad := Config{Store: faultyStore{}, Tenant: "bad tenant", DefaultLeaseDuration: time.Hour + 1, PayloadMaxBytes: store.PayloadMaxBytes + 1,
+		ListPageBytes: ListPageBytesMax + 1, UnaryRate: math.NaN(), MaxConnections: -1, ShedWait: -time.Second, WatchersMax: -1}.WithDefaults()
 	err := bad.Validate()
-	for _, want := range []string{"Tenant", "DefaultLeaseDuration", "PayloadMaxBytes"} {
+	for _, want := range []string{"Tenant", "DefaultLeaseDuration", "PayloadMaxBytes", "ListPageBytes", "UnaryRate", "MaxConnections", "ShedWait", "WatchersMax"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v; want a complaint about %s", err, want)
 		}

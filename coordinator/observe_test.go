@@ -290,11 +290,12 @@ func TestMetricsRecorderHooks(t *testing.T) {
 	m.DispatchRound(2*time.Millisecond, 5)
 	m.BreakerState("default", "payments-api", BreakerOpen)
 	m.BreakerState("default", "payments-api", "sideways") // ignored
-	m.RateLimited("default", "/leasehold.v1.JobService/CreateJob")
-	m.Shed("/leasehold.v1.WorkerService/Claim")
+	m.RateLimited(t.Context(), "default", "/leasehold.v1.JobService/CreateJob")
+	m.Shed(t.Context(), "/leasehold.v1.WorkerService/Claim")
+	m.WatchLimited(t.Context(), "default", "/leasehold.v1.JobService/WatchJob")
 	var none *Metrics // components may hold a nil recorder
 	none.CommitBatch("reports", 1, time.Millisecond, nil)
-	none.Shed("x")
+	none.Shed(t.Context(), "x")
 
 	ms := o.collect(t)
 	for _, c := range []struct {
@@ -311,6 +312,7 @@ func TestMetricsRecorderHooks(t *testing.T) {
 		{"leasehold.breaker.transitions", []attribute.KeyValue{attribute.String("state", BreakerOpen)}, 1},
 		{"leasehold.rpc.limited", []attribute.KeyValue{attribute.String("reason", "rate_limited"), attrTenant("default")}, 1},
 		{"leasehold.rpc.limited", []attribute.KeyValue{attribute.String("reason", "shed")}, 1},
+		{"leasehold.rpc.limited", []attribute.KeyValue{attribute.String("reason", "watch_limit"), attrTenant("default")}, 1},
 	} {
 		if got, ok := point(ms, c.name, c.attrs...); !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.attrs, got, ok, c.want)

@@ -115,7 +115,9 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 		c.leasePushed(s.tenant, j)
 	}
 	c.activity.leased.Add(int64(len(jobs)))
-	c.changes.notify()
+	for _, j := range jobs {
+		c.watches.notify(s.tenant, j.Job.ID)
+	}
 	return true
 }
 

@@ -47,6 +47,16 @@ const (
 	// ReasonLeaseSecretMismatch: a lease token's secret is not the one its
 	// lease was issued with (PERMISSION_DENIED).
 	ReasonLeaseSecretMismatch = "LEASE_SECRET_MISMATCH"
+	// ReasonRateLimited: the caller is over its rate of calls or stream
+	// opens (RESOURCE_EXHAUSTED, with a RetryInfo delay).
+	ReasonRateLimited = "RATE_LIMITED"
+	// ReasonOverloaded: the coordinator has no room for more store work
+	// right now (UNAVAILABLE, with a RetryInfo delay): retry, here or on
+	// another replica.
+	ReasonOverloaded = "OVERLOADED"
+	// ReasonWatchLimit: a WatchJob beyond the watchers allowed per
+	// connection or in total (RESOURCE_EXHAUSTED, with a RetryInfo delay).
+	ReasonWatchLimit = "WATCH_LIMIT"
 	// ReasonPrincipalNotFound: RevokeApiKey named no principal of the
 	// caller's tenant.
 	ReasonPrincipalNotFound = "PRINCIPAL_NOT_FOUND"

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -46,6 +47,8 @@ const (
 type validator struct {
 	payloadMax   int
 	defaultLease time.Duration
+	// pageBytes is the byte budget of a list page (Config.ListPageBytes).
+	pageBytes int
 	// leases checks each token's secret.
 	leases leaseSigner
 }
@@ -82,9 +85,22 @@ func timestamp(field string, t *timestamppb.Timestamp) (time.Time, error) {
 	return t.AsTime(), nil
 }
 
+// jobID checks a job id. Every job id is a UUID (store.NewID makes
+// UUIDv7 strings), so anything else names no job: INVALID_ARGUMENT, not
+// NOT_FOUND, tells the caller the mistake is in the request.
 func jobID(field, id string) error {
-	return store.ValidateText(field, id, store.NameMaxLen, true)
+	if err := store.ValidateText(field, id, store.NameMaxLen, true); err != nil {
+		return err
+	}
+	if err := uuid.Validate(id); err != nil || len(id) != uuidLen {
+		return store.Invalid(field, "must be a job id (a UUID such as 0191d9c8-3f1e-7a2b-9c4d-5e6f7a8b9c0d)")
+	}
+	return nil
 }
+
+// uuidLen is the length of a UUID in its canonical form, the only form
+// store.NewID writes (uuid.Validate also accepts braced and urn: forms).
+const uuidLen = 36
 
 // pageSize applies AIP-158: 0 → def, above max → max, negative → invalid.
 func pageSize(field string, n int32, def, maxSize int) (int, error) {
@@ -97,6 +113,17 @@ func pageSize(field string, n int32, def, maxSize int) (int, error) {
 		return maxSize, nil
 	}
 	return int(n), nil
+}
+
+// jobView decodes a list's view (AIP-157): unset is BASIC.
+func jobView(field string, v leaseholdv1.JobView) (store.JobView, error) {
+	switch v {
+	case leaseholdv1.JobView_JOB_VIEW_UNSPECIFIED, leaseholdv1.JobView_JOB_VIEW_BASIC:
+		return store.JobViewBasic, nil
+	case leaseholdv1.JobView_JOB_VIEW_FULL:
+		return store.JobViewFull, nil
+	}
+	return 0, store.Invalid(field, "must be JOB_VIEW_BASIC or JOB_VIEW_FULL")
 }
 
 func pageToken(field, tok string) error {
@@ -264,12 +291,17 @@ func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParam
 	if err := pageToken("page_token", r.GetPageToken()); err != nil {
 		return p, err
 	}
-	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken()}, nil
+	view, err := jobView("view", r.GetView())
+	if err != nil {
+		return p, err
+	}
+	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken(),
+		View: view, MaxBytes: v.pageBytes}, nil
 }
 
 // CancelJob validates a CancelJobRequest.
 func (v validator) CancelJob(r *leaseholdv1.CancelJobRequest) (store.RequestCancelParams, error) {
-	return store.RequestCancelParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
+	return store.RequestCancelParams{JobID: r.GetJobId(), Reason: r.GetReason()}, jobID("job_id", r.GetJobId())
 }
 
 // ListJobEvents validates a ListJobEventsRequest.
@@ -306,7 +338,7 @@ type claimRequest struct {
 
 // Claim validates a ClaimRequest. max_jobs 0 means 1.
 func (v validator) Claim(r *leaseholdv1.ClaimRequest) (claimRequest, error) {
-	lease, err := duration("lease_duration", r.GetLeaseDuration())
+	lease, err := v.leaseDuration("lease_duration", r.GetLeaseDuration(), 0)
 	if err != nil {
 		return claimRequest{}, err
 	}
@@ -373,14 +405,16 @@ func (v validator) Renew(r *leaseholdv1.RenewRequest) (store.RenewParams, error)
 	return store.RenewParams{Tokens: toks, LeaseDuration: lease}, nil
 }
 
-// leaseDuration decodes an optional lease duration within [1s, 1h].
+// leaseDuration decodes an optional lease duration within [1s, 1h]:
+// unset is def, and a set duration must be in range, zero included (the
+// proto's range is [1s, 1h]; "0s" is a mistake, not a way to say unset).
 func (v validator) leaseDuration(field string, d *durationpb.Duration, def time.Duration) (time.Duration, error) {
+	if d == nil {
+		return def, nil
+	}
 	lease, err := duration(field, d)
 	if err != nil {
 		return 0, err
-	}
-	if lease == 0 {
-		return def, nil
 	}
 	return lease, store.ValidateLeaseDuration(field, lease, false)
 }
@@ -643,8 +677,12 @@ func (v validator) ListDeadJobs(r *leaseholdv1.ListDeadJobsRequest) (store.ListD
 	if err := pageToken("page_token", r.GetPageToken()); err != nil {
 		return store.ListDeadJobsParams{}, err
 	}
+	view, err := jobView("view", r.GetView())
+	if err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
 	return store.ListDeadJobsParams{Queue: r.GetQueue(), IncludeAbandoned: r.GetIncludeAbandoned(),
-		Limit: size, Cursor: r.GetPageToken()}, nil
+		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes}, nil
 }
 
 // GetDeadJob validates a GetDeadJobRequest.
@@ -654,12 +692,12 @@ func (v validator) GetDeadJob(r *leaseholdv1.GetDeadJobRequest) (string, error) 
 
 // ReplayDeadJob validates a ReplayDeadJobRequest.
 func (v validator) ReplayDeadJob(r *leaseholdv1.ReplayDeadJobRequest) (store.ReplayDeadJobParams, error) {
-	return store.ReplayDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
+	return store.ReplayDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, jobID("job_id", r.GetJobId())
 }
 
 // AbandonDeadJob validates an AbandonDeadJobRequest.
 func (v validator) AbandonDeadJob(r *leaseholdv1.AbandonDeadJobRequest) (store.AbandonDeadJobParams, error) {
-	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, nil
+	return store.AbandonDeadJobParams{JobID: r.GetJobId(), Reason: r.GetReason()}, jobID("job_id", r.GetJobId())
 }
 
 // GetBreaker validates a GetBreakerRequest.

@@ -69,6 +69,7 @@ func FuzzValidateClaim(f *testing.F) {
 		{WorkerId: "w-1", Queues: []string{"q"}, MaxJobs: 10, Wait: durationpb.New(time.Second)},
 		{WorkerId: "w", Queues: []string{"q"}, MaxJobs: 1001},
 		{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(2 * time.Hour)},
+		{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(0)},
 		{WorkerId: "", Queues: nil},
 	} {
 		b, _ := proto.Marshal(r)
@@ -214,4 +215,95 @@ func TestBatchFieldNamesPointAtTheItem(t *testing.T) {
 	if !errors.As(err, &inv) || inv.Field != "requests[1].job.payload" {
 		t.Fatalf("err = %v; want requests[1].job.payload", err)
 	}
+}
+
+func TestExplicitZeroLeaseDurationIsInvalid(t *testing.T) {
+	zero := durationpb.New(0)
+	_, err := testValidator.Claim(&leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: zero})
+	wantInvalidField(t, err, "lease_duration")
+	// Renew and Heartbeat decode theirs with the same rule, after the
+	// tokens' secrets (which testValidator cannot verify).
+	_, err = testValidator.leaseDuration("lease_duration", zero, testValidator.defaultLease)
+	wantInvalidField(t, err, "lease_duration")
+	_, err = testValidator.Hello(&leaseholdv1.Hello{WorkerId: "w", Queues: []string{"q"}, Capacity: 1, LeaseDuration: zero})
+	wantInvalidField(t, err, "hello.lease_duration")
+
+	// Unset still means the default.
+	cr, err := testValidator.Claim(&leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}})
+	if err != nil || cr.params.LeaseDuration != 0 {
+		t.Fatalf("unset claim lease = %v, %v; want 0 (the queue's default)", cr.params.LeaseDuration, err)
+	}
+}
+
+func TestJobIDsMustBeUUIDs(t *testing.T) {
+	for _, id := range []string{"job-1", "not a uuid", "{" + store.NewID() + "}", "urn:uuid:" + store.NewID(), strings.Repeat("a", 36)} {
+		_, err := testValidator.GetJob(&leaseholdv1.GetJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+		_, err = testValidator.CancelJob(&leaseholdv1.CancelJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+		_, err = testValidator.ReplayDeadJob(&leaseholdv1.ReplayDeadJobRequest{JobId: id})
+		wantInvalidField(t, err, "job_id")
+	}
+	if _, err := testValidator.GetJob(&leaseholdv1.GetJobRequest{JobId: store.NewID()}); err != nil {
+		t.Fatalf("a generated id is rejected: %v", err)
+	}
+}
+
+func wantInvalidField(t *testing.T, err error, field string) {
+	t.Helper()
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field != field {
+		t.Fatalf("err = %v; want an InvalidError for %s", err, field)
+	}
+}
+
+func FuzzValidateJobID(f *testing.F) {
+	for _, s := range []string{store.NewID(), "job-1", "", "00000000-0000-0000-0000-000000000000", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := jobID("job_id", id)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if len(id) != uuidLen || store.ValidateText("job_id", id, store.NameMaxLen, true) != nil {
+			t.Fatalf("accepted job id %q", id)
+		}
+	})
+}
+
+func FuzzValidateListJobs(f *testing.F) {
+	for _, r := range []*leaseholdv1.ListJobsRequest{
+		{},
+		{Queue: "q", PageSize: 501, View: leaseholdv1.JobView_JOB_VIEW_FULL},
+		{View: leaseholdv1.JobView(7)},
+		{States: []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_DEAD}, PageSize: -1},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	v := testValidator
+	v.pageBytes = 1 << 20
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req leaseholdv1.ListJobsRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		p, err := v.ListJobs(&req)
+		checkInvalid(t, err)
+		if err != nil {
+			return
+		}
+		if p.Limit < 1 || p.Limit > PageSizeMax || p.MaxBytes != v.pageBytes {
+			t.Fatalf("accepted a page of %d jobs, budget %d", p.Limit, p.MaxBytes)
+		}
+		want := store.JobViewBasic
+		if req.GetView() == leaseholdv1.JobView_JOB_VIEW_FULL {
+			want = store.JobViewFull
+		}
+		if p.View != want {
+			t.Fatalf("view %v became %v", req.GetView(), p.View)
+		}
+	})
 }

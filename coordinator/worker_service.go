@@ -22,7 +22,7 @@ const APIVersion = "leasehold.v1"
 var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
 	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
-	"circuit_breakers", "key_limits",
+	"list_views", "pushed_watches", "retry_info", "circuit_breakers", "key_limits",
 }
 
 // workerService is the worker API: thin shells over the store, plus the
@@ -132,7 +132,9 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 func (c *Coordinator) claimed(jobs []store.ClaimedJob) {
 	if len(jobs) > 0 {
 		c.activity.leased.Add(int64(len(jobs)))
-		c.changes.notify()
+		for _, j := range jobs {
+			c.watches.notify(j.Job.Tenant, j.Job.ID)
+		}
 	}
 }
 
@@ -250,7 +252,7 @@ func (c *Coordinator) finished(ctx context.Context, tenant string, job *store.Jo
 	c.activity.ended(job.State)
 	c.metrics.jobEnded(ctx, tenant, job)
 	c.leaseEnded(tenant, job.LeaseOwner, job.ID)
-	c.changes.notify()
+	c.watches.notify(tenant, job.ID)
 	if job.State == store.JobStateQueued {
 		c.dispatcher.Wake(tenant, job.Queue)
 	}
@@ -271,7 +273,7 @@ func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.Sav
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.changes.notify()
+	c.watches.notify(p.Tenant, p.Token.JobID)
 	return &leaseholdv1.SaveCheckpointResponse{Checkpoint: toCheckpoint(cp)}, nil
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -8,6 +9,13 @@ import (
 
 // TestMain fails the package when a test leaves goroutines behind: every
 // coordinator, stream and client connection must be gone after cleanup.
+//
+// Started with floodHelperEnv set, the test binary is instead the flood
+// client of TestAbuseCreateFlood (a process of its own, so that its
+// goroutines do not starve the probe it is measured by) and exits.
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(floodHelperEnv); addr != "" {
+		os.Exit(runFloodHelper(addr))
+	}
 	goleak.VerifyTestMain(m)
 }

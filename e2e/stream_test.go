@@ -204,12 +204,18 @@ func TestWatchJobStreamsLiveEventsAndEndsAfterTheTerminalOne(t *testing.T) {
 		if _, err := ws.Recv(); !isEOF(err) {
 			t.Fatalf("watch past the end = %v; want the stream to end", err)
 		}
-		missing, err := c.jobs.WatchJob(ctx, &leaseholdv1.WatchJobRequest{JobId: "missing"})
+		missing, err := c.jobs.WatchJob(ctx, &leaseholdv1.WatchJobRequest{JobId: "00000000-0000-7000-8000-000000000000"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = missing.Recv()
 		wantReason(t, err, codes.NotFound, coordinator.ReasonJobNotFound)
+		notAnID, err := c.jobs.WatchJob(ctx, &leaseholdv1.WatchJobRequest{JobId: "missing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = notAnID.Recv()
+		wantReason(t, err, codes.InvalidArgument, coordinator.ReasonInvalidArgument)
 	})
 }
 

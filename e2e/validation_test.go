@@ -62,6 +62,18 @@ func TestInvalidRequestsGetFieldViolationsAndWriteNothing(t *testing.T) {
 				_, err := c.workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(500 * time.Millisecond)})
 				return err
 			}},
+			{"claim lease of zero", "lease_duration", func(ctx context.Context) error {
+				_, err := c.workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}, LeaseDuration: durationpb.New(0)})
+				return err
+			}},
+			{"job id that is not a UUID", "job_id", func(ctx context.Context) error {
+				_, err := c.jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: "job-1"})
+				return err
+			}},
+			{"cancel of a job id that is not a UUID", "job_id", func(ctx context.Context) error {
+				_, err := c.jobs.CancelJob(ctx, &leaseholdv1.CancelJobRequest{JobId: "job-1"})
+				return err
+			}},
 			{"claim wait over 60s", "wait", func(ctx context.Context) error {
 				_, err := c.workers.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "w", Queues: []string{"q"}, Wait: durationpb.New(61 * time.Second)})
 				return err
@@ -148,6 +160,10 @@ func TestInvalidLeaseCallsGetFieldViolationsAndChangeNothing(t *testing.T) {
 			}},
 			{"renew tokens of two workers", "tokens[1].worker_id", func(ctx context.Context) error {
 				_, err := c.workers.Renew(ctx, &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{tok, other}})
+				return err
+			}},
+			{"renew with a lease of zero", "lease_duration", func(ctx context.Context) error {
+				_, err := c.workers.Renew(ctx, &leaseholdv1.RenewRequest{Tokens: []*leaseholdv1.LeaseToken{tok}, LeaseDuration: durationpb.New(0)})
 				return err
 			}},
 			{"record effect without status", "status", func(ctx context.Context) error {

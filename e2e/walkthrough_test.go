@@ -91,7 +91,7 @@ func TestREADMEWalkthroughRunsAsWritten(t *testing.T) {
 
 	// The server agrees: one job, SUCCEEDED, with its three events.
 	c := newClients(p.Dial(t))
-	list, err := c.jobs.ListJobs(ctxT(t), &leaseholdv1.ListJobsRequest{Queue: "emails"})
+	list, err := c.jobs.ListJobs(ctxT(t), &leaseholdv1.ListJobsRequest{Queue: "emails", View: leaseholdv1.JobView_JOB_VIEW_FULL})
 	if err != nil || len(list.GetJobs()) != 1 {
 		t.Fatalf("jobs in emails = %v, %v; want 1", list, err)
 	}

@@ -100,11 +100,9 @@
 // from Renew (RenewCancelRequested) and acknowledges with CancelByHolder;
 // a Release of a cancel-requested job ends it CANCELLED too, and so does a
 // Retry that would have queued it again. A lease that expires with no
-// report is ended by ReapExpired as DecideExpiry says — the one place the
-// rules of an expired lease are written: QUEUED again (in its old place,
-// the attempt spent), CANCELLED when a cancel was requested, DEAD with
-// LastError LEASE_EXPIRED when the attempts or the retry deadline are
-// spent. Claims take only QUEUED jobs. SUCCEEDED, FAILED,
+// report is ended by ReapExpired as DecideExpiry says: its doc comment is
+// the one place the rules of an expired lease are written. Claims take
+// only QUEUED jobs. SUCCEEDED, FAILED,
 // CANCELLED and DEAD are terminal (JobState.Terminal); replaying a DEAD job
 // creates a new job and leaves the dead one as evidence.
 //

@@ -56,9 +56,8 @@ type Store interface {
 	// attempt come with their latest checkpoint and effect ledger.
 	ClaimMany(ctx context.Context, p ClaimManyParams) ([]ClaimedJob, error)
 	// ReapExpired ends, across tenants, up to Limit leases that expired
-	// with no report from their holder, each in the way store.DecideExpiry
-	// says (QUEUED again, CANCELLED when a cancel was requested, DEAD when
-	// the budget is spent), in one transaction; concurrent reapers skip
+	// with no report from their holder, each as store.DecideExpiry says,
+	// in one transaction; concurrent reapers skip
 	// each other's rows, so each lease is ended once. It also returns the
 	// earliest expiry still pending, so the caller can sleep until then.
 	ReapExpired(ctx context.Context, p ReapParams) (ReapResult, error)

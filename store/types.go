@@ -341,6 +341,12 @@ type ListJobsParams struct {
 	Limit  int
 	// Cursor is an opaque value from a previous JobPage; empty for the first.
 	Cursor string
+	// View is how much of each job to read. Default JobViewFull.
+	View JobView
+	// MaxBytes is the page's byte budget (JobSize of its jobs): a page
+	// that would exceed it ends early, with NextCursor set. It always
+	// holds at least one job. 0 means PageBytesDefault.
+	MaxBytes int
 }
 
 // JobPage is one page of jobs.
@@ -529,6 +535,10 @@ type ListDeadJobsParams struct {
 	IncludeAbandoned bool
 	Limit            int
 	Cursor           string
+	// View and MaxBytes are as in ListJobsParams; the budget counts
+	// DeadJobSize.
+	View     JobView
+	MaxBytes int
 }
 
 // DeadJobPage is one page of dead jobs.
@@ -599,4 +609,45 @@ type JobNotifier interface {
 	// dropped when the receiver is slow: they are hints, and the dispatcher
 	// still polls as a fallback.
 	SubscribeJobs(ctx context.Context) (<-chan QueueRef, error)
+}
+
+// JobRef names a job of a tenant.
+type JobRef struct {
+	Tenant string
+	ID     string
+}
+
+// JobChanges is a subscription to the jobs whose history grew (an event
+// was appended: every state change, checkpoint, cancel request, replay).
+type JobChanges struct {
+	// Jobs gets each changed job after its change committed. Delivery is
+	// best effort: see Lost.
+	Jobs <-chan JobRef
+	// Lost gets a value when changes may have been missed (the subscriber
+	// fell behind, or the notification connection dropped and came back):
+	// whoever waits for a change should read again. Both channels close
+	// when the subscription ends.
+	Lost <-chan struct{}
+}
+
+// JobChangeNotifier is implemented by engines that tell every process
+// sharing the database which jobs changed, so that a WatchJob on one
+// coordinator wakes for a change made through another. Engines without
+// it (SQLite: one file, one coordinator) leave it to the coordinator,
+// which sees every write made through it.
+//
+// Changes are only sent while some coordinator has announced watchers
+// (AnnounceWatchers), so that a database nobody watches pays nothing for
+// them.
+type JobChangeNotifier interface {
+	// SubscribeJobChanges delivers job changes until ctx is done or the
+	// store closes. It returns once changes committed after it are
+	// delivered, provided watchers are announced.
+	SubscribeJobChanges(ctx context.Context) (JobChanges, error)
+	// AnnounceWatchers records that the coordinator id has watchers, for
+	// ttl: until then every job change is sent. It returns once that is
+	// committed. Call it again before ttl passes while watchers last.
+	AnnounceWatchers(ctx context.Context, id string, ttl time.Duration) error
+	// WithdrawWatchers removes id's announcement.
+	WithdrawWatchers(ctx context.Context, id string) error
 }

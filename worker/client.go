@@ -186,7 +186,7 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(*leaseholdv1.Even
 		if b.attempt >= watchResumes {
 			return fmt.Errorf("leasehold: watch job %s: gave up after %d resumes: %w", id, watchResumes, err)
 		}
-		t := time.NewTimer(b.next())
+		t := time.NewTimer(max(b.next(), afterRefusal(retryInfoDelay(err))))
 		select {
 		case <-ctx.Done():
 			t.Stop()

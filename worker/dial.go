@@ -143,7 +143,12 @@ func DialOptions(cfg DialConfig) ([]grpc.DialOption, error) {
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		// Calls the coordinator refused for overload (with a RetryInfo
+		// delay) are repeated after the delay: they did nothing.
+		grpc.WithChainUnaryInterceptor(retryRefusedUnary),
+	}
 	if cfg.APIKey != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(APIKey(cfg.APIKey)))
 	}

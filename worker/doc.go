@@ -92,6 +92,16 @@
 // Running handlers are not interrupted: their leases are renewed through
 // Renew meanwhile and on the new stream afterwards.
 //
+// # Refusals
+//
+// A coordinator under load refuses calls before doing anything, with a
+// google.rpc.RetryInfo delay: RESOURCE_EXHAUSTED (RATE_LIMITED,
+// WATCH_LIMIT) or UNAVAILABLE (OVERLOADED). A connection dialled with
+// DialOptions (or Dial) repeats a refused unary call after that delay, up
+// to 5 times; a refused stream waits at least the delay before it
+// reconnects. Repeating is safe because a refused call did nothing, even
+// a CreateJob without a request_id.
+//
 // # Shutdown
 //
 // When Run's context is done:

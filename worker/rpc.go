@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -65,7 +66,7 @@ func retryTransient(ctx context.Context, fn func(ctx context.Context) error) err
 		if err == nil || !isTransient(err) || attempt == callAttempts {
 			return err
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(max(jitter(delay), retryInfoDelay(err)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -73,5 +74,89 @@ func retryTransient(ctx context.Context, fn func(ctx context.Context) error) err
 		case <-t.C:
 		}
 		delay = min(delay*2, callBackoffMax)
+	}
+}
+
+// Refusals: the coordinator's overload defences refuse a call before doing
+// anything (reasons RATE_LIMITED, OVERLOADED, WATCH_LIMIT), with a
+// google.rpc.RetryInfo delay. Such a call is always safe to repeat, even a
+// CreateJob without a request_id, so the SDK waits the delay and tries
+// again, a bounded number of times.
+const (
+	// refusalRetries is how many times a refused unary call is repeated
+	// before its refusal is returned.
+	refusalRetries = 5
+	// refusalDelayMax caps the delay honoured from one RetryInfo, so a
+	// misconfigured server cannot park a caller for long.
+	refusalDelayMax = 30 * time.Second
+)
+
+// refusalDelay returns the RetryInfo delay of a coordinator refusal, and
+// whether err is one.
+func refusalDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+		return 0, false
+	}
+	var (
+		refusal bool
+		delay   time.Duration
+		hasInfo bool
+	)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			switch d.GetReason() {
+			case "RATE_LIMITED", "OVERLOADED", "WATCH_LIMIT":
+				refusal = d.GetDomain() == errorDomain
+			}
+		case *errdetails.RetryInfo:
+			delay, hasInfo = d.GetRetryDelay().AsDuration(), true
+		}
+	}
+	if !refusal || !hasInfo {
+		return 0, false
+	}
+	return min(max(delay, 0), refusalDelayMax), true
+}
+
+// retryInfoDelay returns the RetryInfo delay of any error that has one
+// (zero otherwise): the least a client should wait before trying again.
+func retryInfoDelay(err error) time.Duration {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return min(max(ri.GetRetryDelay().AsDuration(), 0), refusalDelayMax)
+		}
+	}
+	return 0
+}
+
+// afterRefusal spreads a RetryInfo delay over [d, 1.5d], so refused
+// callers do not return in lockstep.
+func afterRefusal(d time.Duration) time.Duration {
+	return d + jitter(d)/2
+}
+
+// retryRefusedUnary is a client interceptor that repeats a unary call the
+// coordinator refused with a RetryInfo delay, after that delay, up to
+// refusalRetries times or until ctx ends.
+func retryRefusedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	for attempt := 0; ; attempt++ {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		delay, ok := refusalDelay(err)
+		if !ok || attempt == refusalRetries {
+			return err
+		}
+		t := time.NewTimer(afterRefusal(delay))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 }

@@ -75,7 +75,8 @@ func (w *Worker) connectLoop(ctx context.Context, stop <-chan struct{}) error {
 		if welcomed {
 			b.reset()
 		}
-		delay := b.next()
+		// A refused stream open (RATE_LIMITED) names its own delay.
+		delay := max(b.next(), afterRefusal(retryInfoDelay(err)))
 		if errors.Is(err, errDrained) {
 			w.log.InfoContext(ctx, "stream drained; reconnecting", slog.Duration("delay", delay))
 		} else {

@@ -22,7 +22,7 @@ func (c *cli) dlqCommand() *cobra.Command {
 func (c *cli) dlqListCommand() *cobra.Command {
 	var (
 		req   leaseholdv1.ListDeadJobsRequest
-		limit int
+		pages pageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--queue Q] [--include-abandoned] [--limit N] [--page-token T]",
@@ -30,10 +30,11 @@ func (c *cli) dlqListCommand() *cobra.Command {
 		Long:  "List the dead-letter queue (jobs whose retry budget is spent), newest first.",
 		Args:  positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 0 {
-				return usagef("--limit must not be negative")
+			var err error
+			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
+				return err
 			}
-			req.PageSize = int32(min(limit, 1<<30))
+			req.View = leaseholdv1.JobView_JOB_VIEW_BASIC // as job list: no payloads in a table
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				resp, err := client.ListDeadJobs(ctx, &req)
 				if err != nil {
@@ -46,8 +47,7 @@ func (c *cli) dlqListCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.Queue, "queue", "", "only this queue")
 	fs.BoolVar(&req.IncludeAbandoned, "include-abandoned", false, "list abandoned dead jobs too")
-	fs.IntVar(&limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
-	fs.StringVar(&req.PageToken, "page-token", "", "continue from a previous page")
+	pages.add(fs)
 	return cmd
 }
 

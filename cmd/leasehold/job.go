@@ -153,17 +153,20 @@ func (c *cli) jobListCommand() *cobra.Command {
 	var (
 		req    leaseholdv1.ListJobsRequest
 		states commaList
-		limit  int
+		pages  pageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--queue Q] [--state S ...] [--kind K] [--limit N] [--page-token T]",
 		Short: "List jobs, newest first, one page at a time",
 		Args:  positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 0 {
-				return usagef("--limit must not be negative")
+			var err error
+			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
+				return err
 			}
-			req.PageSize = int32(min(limit, 1<<30))
+			// The table shows no payloads: BASIC pages stay small however
+			// large the jobs are (job get shows one job whole).
+			req.View = leaseholdv1.JobView_JOB_VIEW_BASIC
 			for _, s := range states {
 				st, err := parseJobState(s)
 				if err != nil {
@@ -184,8 +187,7 @@ func (c *cli) jobListCommand() *cobra.Command {
 	fs.StringVar(&req.Queue, "queue", "", "only this queue")
 	fs.Var(&states, "state", "only jobs in this `state` (queued, leased, succeeded, failed, cancelled, dead); repeatable or comma-separated")
 	fs.StringVar(&req.Kind, "kind", "", "only this kind")
-	fs.IntVar(&limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
-	fs.StringVar(&req.PageToken, "page-token", "", "continue from a previous page")
+	pages.add(fs)
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(
 		[]string{"queued", "leased", "succeeded", "failed", "cancelled", "dead"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

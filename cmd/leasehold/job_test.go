@@ -105,6 +105,20 @@ func TestJobCommands(t *testing.T) {
 		h.fail(exitFail, []string{"NOT_FOUND", "JOB_NOT_FOUND"}, "job", "get", missingJobID)
 	})
 
+	t.Run("list shows no payloads (the BASIC view) while get shows the payload", func(t *testing.T) {
+		j := h.createJob("--queue", "viewed", "--kind", "k", "--payload", "a payload")
+		var list leaseholdv1.ListJobsResponse
+		h.json(&list, "job", "list", "--queue", "viewed")
+		if len(list.GetJobs()) != 1 || list.GetJobs()[0].GetId() != j.GetId() || list.GetJobs()[0].GetPayload() != nil {
+			t.Fatalf("job list --queue viewed = %v; want the job without its payload", &list)
+		}
+		var got leaseholdv1.GetJobResponse
+		h.json(&got, "job", "get", j.GetId())
+		if string(got.GetJob().GetPayload()) != "a payload" {
+			t.Fatalf("job get payload = %q", got.GetJob().GetPayload())
+		}
+	})
+
 	t.Run("list filters by queue, state and kind and pages", func(t *testing.T) {
 		var ids []string
 		for i := range 3 {

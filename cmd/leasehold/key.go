@@ -283,17 +283,17 @@ func auditRow(e *leaseholdv1.AuditEvent) []string {
 func (c *cli) auditListCommand() *cobra.Command {
 	var (
 		req   leaseholdv1.ListAuditEventsRequest
-		limit int
+		pages pageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--limit N] [--page-token T]",
 		Short: "List operator actions with who did them, newest first",
 		Args:  positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 0 {
-				return usagef("--limit must not be negative")
+			var err error
+			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
+				return err
 			}
-			req.PageSize = int32(min(limit, 1<<30))
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				resp, err := client.ListAuditEvents(ctx, &req)
 				if err != nil {
@@ -305,7 +305,6 @@ func (c *cli) auditListCommand() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVar(&limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
-	fs.StringVar(&req.PageToken, "page-token", "", "continue from a previous page")
+	pages.add(fs)
 	return cmd
 }

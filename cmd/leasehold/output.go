@@ -20,6 +20,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+
+	"github.com/spf13/pflag"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -484,4 +486,24 @@ func breakerEventRow(e *leaseholdv1.BreakerEvent) []string {
 		strings.TrimPrefix(e.GetType().String(), "BREAKER_EVENT_TYPE_"),
 		e.GetData(),
 	}
+}
+
+// pageFlags are a list command's --limit and --page-token.
+type pageFlags struct {
+	limit int
+	token string
+}
+
+func (p *pageFlags) add(fs *pflag.FlagSet) {
+	fs.IntVar(&p.limit, "limit", 0, "page size; 0 = the server's default (50), at most 500")
+	fs.StringVar(&p.token, "page-token", "", "continue from a previous page")
+}
+
+// request returns the page size and token to ask for; the server bounds
+// the size, this only refuses what cannot be one.
+func (p *pageFlags) request() (size int32, token string, err error) {
+	if p.limit < 0 {
+		return 0, "", usagef("--limit must not be negative")
+	}
+	return int32(min(p.limit, 1<<30)), p.token, nil
 }

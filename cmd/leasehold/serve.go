@@ -62,6 +62,7 @@ type serveFlags struct {
 	grace     time.Duration
 	security  securityFlags
 	observe   observeFlags
+	limits    limitFlags
 }
 
 func (c *cli) serveCommand() *cobra.Command {
@@ -83,6 +84,7 @@ func (c *cli) serveCommand() *cobra.Command {
 	fs.StringVar(&f.logLevel, "log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
 	fs.DurationVar(&f.grace, "shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
 	c.addStoreFlags(fs, &f.store)
+	c.addLimitFlags(fs, &f.limits)
 	c.addSecurityFlags(fs, &f.security)
 	_ = cmd.RegisterFlagCompletionFunc("auth", cobra.FixedCompletions([]string{"none", "api-key", "mtls"}, cobra.ShellCompDirectiveNoFileComp))
 	c.addObserveFlags(cmd, fs, &f.observe)
@@ -144,6 +146,9 @@ func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
 	if f.grace <= 0 {
 		return nil, usagef("--shutdown-grace must be positive")
 	}
+	if f.limits.envErr != nil {
+		return nil, usagef("%v", f.limits.envErr)
+	}
 	if err := f.security.check(); err != nil {
 		return nil, err
 	}
@@ -175,6 +180,7 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *
 	}
 	cfg.Store, cfg.Logger, cfg.Tenant, cfg.Version, cfg.ShutdownGrace = st, log, f.tenant, Version, f.grace
 	cfg.Auth, cfg.TLS = coordinator.AuthMode(f.security.auth), tlsCfg
+	f.limits.apply(&cfg)
 	coord, err := coordinator.New(cfg) //nolint:contextcheck // New takes no ctx (its API); its one store read is bounded by its own timeout
 	if err != nil {
 		_ = st.Close() // the error below is the one to report

@@ -96,7 +96,7 @@ func TestServeMetricsShowQueueDepthAndLag(t *testing.T) {
 		}
 	}
 	// A caller mistake, for the RPC error series.
-	if _, err := jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: "no-such-job"}); err == nil {
+	if _, err := jobs.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: "01890a5d-ac96-774b-bcce-b302099a8057"}); err == nil {
 		t.Fatal("GetJob of a missing job succeeded")
 	}
 

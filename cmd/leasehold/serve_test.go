@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/pgtest"
@@ -206,5 +208,41 @@ func TestMigrateAppliesEachEngineAndIsIdempotent(t *testing.T) {
 	}
 	if _, err := os.Stat(dbPath); err != nil {
 		t.Fatalf("migrate did not create the SQLite file: %v", err)
+	}
+}
+
+// Every limit flag has its LEASEHOLD_* variable: set from the environment,
+// a limit is in force; a flag given on the command line wins over it.
+func TestServeTakesItsLimitsFromTheEnvironmentAndFlags(t *testing.T) {
+	t.Parallel()
+	r := startServe(t, map[string]string{
+		"LEASEHOLD_SQLITE_PATH": filepath.Join(t.TempDir(), "limits.db"),
+		"LEASEHOLD_UNARY_RATE":  "0.5", "LEASEHOLD_UNARY_BURST": "1000",
+	}, "--listen", freeListenAddr(t), "--unary-burst", "1")
+	conn := dialServe(t, r.addr)
+	ctx := context.Background()
+	workers := leaseholdv1.NewWorkerServiceClient(conn)
+	if _, err := workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := workers.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second call at 0.5/s with a burst of 1 = %v; want RESOURCE_EXHAUSTED", err)
+	}
+	if code := r.stop(t); code != exitOK {
+		t.Fatalf("exit code = %d\n%s", code, r.stderr.String())
+	}
+}
+
+func TestServeRejectsABadLimitInTheEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, name := range limitFlagNames {
+		var stderr bytes.Buffer
+		env := map[string]string{limitEnv(name): "not-a-number"}
+		c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr, getenv: func(k string) string { return env[k] }}
+		if code := c.run(context.Background(), []string{"serve", "--sqlite-path", filepath.Join(t.TempDir(), "x.db")}); code != exitUsage ||
+			!strings.Contains(stderr.String(), limitEnv(name)) {
+			t.Errorf("%s=not-a-number: exit %d, stderr %q; want a usage error naming it", limitEnv(name), code, stderr.String())
+		}
 	}
 }

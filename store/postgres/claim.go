@@ -444,9 +444,17 @@ func (s *Store) claimedJobs(ctx context.Context, tenant string, recs []*jobRecor
 	return out, nil
 }
 
-// latestCheckpoints returns the latest checkpoint of each job that has one.
-func latestCheckpoints(ctx context.Context, q querier, tenant string, ids []string) (map[string]*store.Checkpoint, error) {
-	rows, err := q.Query(ctx, qLatestCheckpoints, tenant, ids)
+// latestCheckpointsView returns the latest checkpoint of each job that has
+// one; without their states for JobViewBasic.
+func latestCheckpointsView(ctx context.Context, q querier, tenant string, ids []string, view store.JobView) (map[string]*store.Checkpoint, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	query := qLatestCheckpoints
+	if view == store.JobViewBasic {
+		query = qLatestCheckpointsBasic
+	}
+	rows, err := q.Query(ctx, query, tenant, ids)
 	return checkpointsFrom(rows, err)
 }
 

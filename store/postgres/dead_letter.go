@@ -33,20 +33,19 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 		}
 		afterTime, afterID = c.at, c.id
 	}
-	rows, err := s.pool.Query(ctx, qListDeadJobs, p.Tenant, p.Queue, p.IncludeAbandoned, afterTime, afterID, limit+1)
+	q := qListDeadJobs
+	if p.View == store.JobViewBasic {
+		q = qListDeadJobsBasic
+	}
+	rows, err := s.pool.Query(ctx, q, p.Tenant, p.Queue, p.IncludeAbandoned, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, s.readError(ctx, "list_dead_jobs", err)
 	}
-	recs, err := collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+	recs, more, err := collectPage(rows, limit, p.MaxBytes)
 	if err != nil {
 		return nil, s.readError(ctx, "list_dead_jobs", err)
 	}
 	page := &store.DeadJobPage{}
-	if len(recs) > limit {
-		recs = recs[:limit]
-		last := recs[limit-1].job
-		page.NextCursor = encodeCursor(cursor{at: last.FinishedAt, id: last.ID})
-	}
 	if len(recs) == 0 {
 		return page, nil
 	}
@@ -58,13 +57,21 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 	if err != nil {
 		return nil, s.readError(ctx, "list_dead_jobs", err)
 	}
-	checkpoints, err := latestCheckpoints(ctx, s.pool, p.Tenant, ids)
+	checkpoints, err := latestCheckpointsView(ctx, s.pool, p.Tenant, ids, p.View)
 	if err != nil {
 		return nil, s.readError(ctx, "list_dead_jobs", err)
 	}
 	for _, r := range recs {
 		r.job.Checkpoint = checkpoints[r.job.ID]
 		page.DeadJobs = append(page.DeadJobs, deadJob(r, attempts[r.job.ID]))
+	}
+	// Attempt histories and checkpoints count too: trim again with them.
+	if n := store.FitPage(page.DeadJobs, p.MaxBytes, store.DeadJobSize); n < len(page.DeadJobs) {
+		page.DeadJobs, more = page.DeadJobs[:n], true
+	}
+	if more {
+		last := page.DeadJobs[len(page.DeadJobs)-1].Job
+		page.NextCursor = encodeCursor(cursor{at: last.FinishedAt, id: last.ID})
 	}
 	return page, nil
 }

@@ -38,17 +38,11 @@
 //     match, the row is read to tell a missing job (store.ErrNotFound), a
 //     repeated terminal report from the generation that made it (the same
 //     job is returned) and everything else (store.ErrLeaseLost).
-//   - A cancel-requested job is never claimed again. If its holder never
-//     acknowledges, the next Claim on its queue makes it CANCELLED with its
-//     attempt closed as lease_expired. A Retry or Release of a
-//     cancel-requested job ends it CANCELLED rather than queueing it again.
-//   - An expired lease whose budget is spent (attempts >= max_attempts, or
-//     retry deadline before now) is never taken over: the next Claim on its
-//     queue makes the job DEAD (LEASE_EXPIRED, RUN_FAILED, DEAD; last error
-//     LEASE_EXPIRED), so a job that crashes its worker every time ends in
-//     the dead-letter queue. Both sweeps run before the claim statement,
-//     at most 1,000 rows each, with SKIP LOCKED; the claim statement skips
-//     whatever they leave for a later claim.
+//   - A cancel-requested job is never claimed again; a Retry or Release of
+//     a cancel-requested job ends it CANCELLED rather than queueing it
+//     again. Claims take only queued rows: a lease that expired with no
+//     report is ended by ReapExpired (qLockExpired, SKIP LOCKED, so
+//     concurrent reapers end each lease once) as store.DecideExpiry says.
 //   - Creating a job commits the job, its QUEUED event (sequence 1) and its
 //     idempotency record together. The record is inserted first with
 //     ON CONFLICT, so concurrent creates with one key block on each other
@@ -66,4 +60,14 @@
 // reconnects after a second when that connection drops. Payloads carry
 // their kind (see notification in notifier.go), so other kinds of
 // notification can share the channel.
+//
+// Job changes (for WatchJob) are notified by a trigger instead
+// (migration 008): every statement that appends to job_events notifies,
+// once per job, tenant + "\x1f" + job id on leasehold_changes_<8 hex digits
+// of the md5 of the schema>, but only while watch_presence holds an
+// unexpired row (AnnounceWatchers; a coordinator keeps one while it has
+// watchers), since every NOTIFY costs every listening backend of the
+// cluster some work. SubscribeJobChanges listens there; when its
+// subscriber falls behind or the connection comes back after a drop it
+// signals Lost, and watchers read again.
 package postgres

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -97,6 +99,29 @@ func decodeNotification(payload string) (_ notification, ok bool) {
 	}
 }
 
+// changeChannelFor is the channel of job changes of the stores working in
+// schema: what the trigger of migration 008 computes from the schema's
+// name.
+func changeChannelFor(schema string) string {
+	sum := md5.Sum([]byte(schema))
+	return "leasehold_changes_" + hex.EncodeToString(sum[:])[:8]
+}
+
+// changeBuffer is how many job changes a subscriber may have pending
+// before it is told it lost some (it then re-reads every watched job).
+const changeBuffer = 4096
+
+// decodeChange decodes a change payload: tenant 0x1f job_id. A tenant may
+// hold the separator; a job id (a UUID) never does, so the last one
+// decides.
+func decodeChange(payload string) (store.JobRef, bool) {
+	i := strings.LastIndex(payload, notifySeparator)
+	if i <= 0 || i == len(payload)-len(notifySeparator) {
+		return store.JobRef{}, false
+	}
+	return store.JobRef{Tenant: payload[:i], ID: payload[i+len(notifySeparator):]}, true
+}
+
 // errStoreClosed is returned by SubscribeJobs after Close.
 var errStoreClosed = errors.New("postgres store is closed")
 
@@ -107,21 +132,67 @@ var errStoreClosed = errors.New("postgres store is closed")
 // first attempt. The channel closes when ctx is done or the store is
 // closed.
 func (s *Store) SubscribeJobs(ctx context.Context) (<-chan store.QueueRef, error) {
-	l := &listener{
-		channel: s.channel,
+	l := s.newListener(s.channel)
+	l.jobs = make(chan store.QueueRef, subscriberBuffer)
+	if err := s.startListener(ctx, l, "subscribe_jobs"); err != nil {
+		return nil, err
+	}
+	return l.jobs, nil
+}
+
+// SubscribeJobChanges implements store.JobChangeNotifier over the change
+// channel the trigger of migration 008 notifies, with one LISTEN
+// connection per subscription (a coordinator makes one and fans it out to
+// its watchers). It returns once LISTEN is active.
+func (s *Store) SubscribeJobChanges(ctx context.Context) (store.JobChanges, error) {
+	l := s.newListener(s.changeChannel)
+	l.changes = make(chan store.JobRef, changeBuffer)
+	l.lost = make(chan struct{}, 1)
+	if err := s.startListener(ctx, l, "subscribe_job_changes"); err != nil {
+		return store.JobChanges{}, err
+	}
+	return store.JobChanges{Jobs: l.changes, Lost: l.lost}, nil
+}
+
+// AnnounceWatchers implements store.JobChangeNotifier.
+func (s *Store) AnnounceWatchers(ctx context.Context, id string, ttl time.Duration) error {
+	if id == "" || ttl <= 0 {
+		return store.Invalid("id", "an id and a positive ttl are required")
+	}
+	if _, err := s.pool.Exec(ctx, qAnnounceWatchers, id, ttl); err != nil {
+		return s.readError(ctx, "announce_watchers", err)
+	}
+	return nil
+}
+
+// WithdrawWatchers implements store.JobChangeNotifier.
+func (s *Store) WithdrawWatchers(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, qWithdrawWatchers, id); err != nil {
+		return s.readError(ctx, "withdraw_watchers", err)
+	}
+	return nil
+}
+
+func (s *Store) newListener(channel string) *listener {
+	return &listener{
+		channel: channel,
 		connect: func(ctx context.Context) (*pgx.Conn, error) {
 			// Outside the pool: a LISTEN must not go back to it.
 			return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 		},
 		log:       s.logger,
-		jobs:      make(chan store.QueueRef, subscriberBuffer),
 		listening: make(chan struct{}),
 		firstErr:  make(chan error, 1),
 	}
+}
+
+// startListener registers l, starts it and waits until it listens (or
+// failed its first attempt, or ctx ended, or the store closed).
+func (s *Store) startListener(ctx context.Context, l *listener, op string) error {
 	s.listenersMu.Lock()
 	if s.closed {
 		s.listenersMu.Unlock()
-		return nil, errStoreClosed
+		return errStoreClosed
 	}
 	s.listeners[l] = struct{}{}
 	s.listenersMu.Unlock()
@@ -134,15 +205,15 @@ func (s *Store) SubscribeJobs(ctx context.Context) (<-chan store.QueueRef, error
 	l.Start(ctx)
 	select {
 	case <-l.listening:
-		return l.jobs, nil
+		return nil
 	case err := <-l.firstErr:
 		l.Stop()
-		return nil, s.readError(ctx, "subscribe_jobs", err)
+		return s.readError(ctx, op, err)
 	case <-l.Stopped():
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, errStoreClosed
+		return errStoreClosed
 	}
 }
 
@@ -171,8 +242,13 @@ type listener struct {
 	channel string
 	connect func(context.Context) (*pgx.Conn, error)
 	log     *slog.Logger
-	// jobs is the subscriber's channel; closed when the listener stops.
+	// jobs is the subscriber's channel of a SubscribeJobs listener;
+	// closed when the listener stops.
 	jobs chan store.QueueRef
+	// changes and lost are the channels of a SubscribeJobChanges listener
+	// (jobs is nil then); closed when the listener stops.
+	changes chan store.JobRef
+	lost    chan struct{}
 	// listening is closed once LISTEN is first active; firstErr gets the
 	// failure of an attempt before that (SubscribeJobs returns it).
 	listening chan struct{}
@@ -206,21 +282,34 @@ func (l *listener) Start(ctx context.Context) {
 		started()
 		defer stopped()
 		defer l.onStop()
-		defer close(l.jobs)
+		defer l.closeChannels()
 		_ = pl.Listen(ctx) // returns only once ctx is done; it retries every other error
 	}()
+}
+
+// closeChannels closes the subscriber's channels.
+func (l *listener) closeChannels() {
+	if l.jobs != nil {
+		close(l.jobs)
+	}
+	if l.changes != nil {
+		close(l.changes)
+		close(l.lost)
+	}
 }
 
 // HandleBacklog is called each time LISTEN has become active on a new
 // connection. There is no backlog to read (a wake-up is a hint, and the
 // dispatchers poll for what was missed); it marks the listener as
-// listening.
+// listening. A change listener that was down tells its subscriber that
+// changes may have been lost meanwhile.
 func (l *listener) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) error {
 	select {
 	case <-l.listening:
 		if l.failing {
 			l.failing = false
 			l.log.InfoContext(ctx, "job notification listener is listening again")
+			l.signalLost()
 		}
 	default:
 		close(l.listening)
@@ -230,10 +319,31 @@ func (l *listener) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) err
 
 // HandleNotification decodes a payload and delivers it.
 func (l *listener) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if l.changes != nil {
+		if ref, ok := decodeChange(n.Payload); ok {
+			select {
+			case l.changes <- ref:
+			default: // behind: the subscriber re-reads everything it watches
+				l.signalLost()
+			}
+		}
+		return nil
+	}
 	if msg, ok := decodeNotification(n.Payload); ok {
 		l.deliver(msg)
 	}
 	return nil
+}
+
+// signalLost tells a change subscriber that changes may have been missed.
+func (l *listener) signalLost() {
+	if l.lost == nil {
+		return
+	}
+	select {
+	case l.lost <- struct{}{}:
+	default: // one pending signal is enough
+	}
 }
 
 // deliver hands a notification to the subscribers of its kind without

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +68,24 @@ func TestListenerReportsTheFirstFailure(t *testing.T) {
 	if _, open := <-l.jobs; open {
 		t.Fatal("the subscriber's channel is open after Stop")
 	}
+}
+
+// FuzzDecodeChange: a change payload as the trigger writes it (tenant,
+// 0x1f, job id) decodes to its tenant and job whatever the tenant holds,
+// and anything decoded has both.
+func FuzzDecodeChange(f *testing.F) {
+	f.Add("acme", store.NewID())
+	f.Add("a\x1fb", store.NewID())
+	f.Add("", "x")
+	f.Fuzz(func(t *testing.T, tenant, id string) {
+		if tenant != "" && id != "" && !strings.Contains(id, notifySeparator) {
+			ref, ok := decodeChange(tenant + notifySeparator + id)
+			if !ok || ref.Tenant != tenant || ref.ID != id {
+				t.Fatalf("decodeChange(%q + sep + %q) = %+v, %v", tenant, id, ref, ok)
+			}
+		}
+		if ref, ok := decodeChange(tenant + id); ok && (ref.Tenant == "" || ref.ID == "") {
+			t.Fatalf("decodeChange(%q) = %+v with an empty part", tenant+id, ref)
+		}
+	})
 }

@@ -167,3 +167,91 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		t.Fatal("subscribe on a closed store succeeded")
 	}
 }
+
+// TestJobChangesReachEveryStore: while watchers are announced, the change
+// trigger tells a subscriber of another store on the same database which
+// job changed, for each change (create, claim, complete), after its
+// commit; before the announcement and after its withdrawal nothing is
+// sent; another schema's changes never arrive.
+func TestJobChangesReachEveryStore(t *testing.T) {
+	t.Parallel()
+	url := migrated(t)
+	writer := open(t, url, store.EngineOptions{})
+	watcher := open(t, url, store.EngineOptions{})
+	elsewhere := open(t, migrated(t), store.EngineOptions{})
+	changes, err := watcher.SubscribeJobChanges(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(why string) store.JobRef {
+		t.Helper()
+		timer := time.NewTimer(20 * time.Second)
+		defer timer.Stop()
+		select {
+		case ref, ok := <-changes.Jobs:
+			if !ok {
+				t.Fatalf("%s: the subscription closed", why)
+			}
+			return ref
+		case <-timer.C:
+			t.Fatalf("%s: no change within 20s", why)
+		}
+		return store.JobRef{}
+	}
+	if err := createJob(t, elsewhere, "acme", "q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := createJob(t, writer, "acme", "unwatched"); err != nil { // nobody announced watchers yet
+		t.Fatal(err)
+	}
+	if err := elsewhere.AnnounceWatchers(t.Context(), "coordinator-elsewhere", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := createJob(t, elsewhere, "acme", "q"); err != nil { // announced in another schema only
+		t.Fatal(err)
+	}
+	if err := watcher.AnnounceWatchers(t.Context(), "coordinator-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	created, err := writer.CreateJobs(t.Context(), store.CreateJobsParams{
+		Tenant: "acme", Requests: []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.JobRef{Tenant: "acme", ID: created[0].Job.ID}
+	if got := next("create"); got != want {
+		t.Fatalf("first change %+v; want %+v (another schema's job must not arrive)", got, want)
+	}
+	claimed, err := writer.Claim(t.Context(), store.ClaimParams{Tenant: "acme", Worker: "w", Queues: []string{"q"}, Max: 1})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v, %v", claimed, err)
+	}
+	if got := next("claim"); got != want {
+		t.Fatalf("change after the claim %+v; want %+v", got, want)
+	}
+	if _, err := writer.Complete(t.Context(), store.CompleteParams{Tenant: "acme", Token: claimed[0].Token}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next("complete"); got != want {
+		t.Fatalf("change after the complete %+v; want %+v", got, want)
+	}
+	if err := watcher.WithdrawWatchers(t.Context(), "coordinator-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := createJob(t, writer, "acme", "unwatched"); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.AnnounceWatchers(t.Context(), "coordinator-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	again, err := writer.CreateJobs(t.Context(), store.CreateJobsParams{
+		Tenant: "acme", Requests: []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next("create after the withdrawal"); got.ID != again[0].Job.ID {
+		t.Fatalf("change %+v; want %s (the job created while nobody watched is not sent)", got, again[0].Job.ID)
+	}
+}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -61,6 +62,8 @@ type Store struct {
 	// channel is the NOTIFY channel of the schema the store works in (see
 	// channelFor).
 	channel string
+	// changeChannel is the channel of job changes (changeChannelFor).
+	changeChannel string
 
 	// listeners are the running subscriptions (SubscribeJobs), which Close
 	// stops even when their subscriber's ctx is still live. listenersMu
@@ -118,12 +121,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		pool:      pool,
-		cfg:       cfg,
-		opts:      cfg.Options.WithDefaults(),
-		logger:    logger,
-		channel:   channelFor(schema),
-		listeners: make(map[*listener]struct{}),
+		pool:    pool,
+		cfg:     cfg,
+		opts:    cfg.Options.WithDefaults(),
+		logger:  logger,
+		channel: channelFor(schema),
+		// The trigger names the channel by the schema of its table.
+		changeChannel: changeChannelFor(cmp.Or(schema, "public")),
+		listeners:     make(map[*listener]struct{}),
 	}
 	s.policies = &store.PolicyCache{Load: s.loadPolicyRefs}
 	// A batch is bounded in calls (each of at most store.BatchMaxItems

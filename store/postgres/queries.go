@@ -27,7 +27,19 @@ const (
 	j.retry_deadline, j.last_error_code, j.last_error_message, j.last_error_retryable,
 	j.result, j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.last_event_seq, j.leased_at, j.concurrency_key`
 
+	// jobColumnsBasic is jobColumns without the payload and the result
+	// (NULL in their places, so scanJob reads either): a BASIC list
+	// never reads them off the disk.
+	jobColumnsBasic = `tenant, id, queue, kind, NULL::bytea, metadata::text, priority, state,
+	attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
+	cancel_requested, cancel_reason, created_at, available_at, finished_at,
+	retry_deadline, last_error_code, last_error_message, last_error_retryable,
+	NULL::bytea, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at`
+
 	checkpointColumns = `id, job_id, phase, state, generation, parent_id, created_at`
+
+	// checkpointColumnsBasic is checkpointColumns without the state.
+	checkpointColumnsBasic = `id, job_id, phase, NULL::bytea, generation, parent_id, created_at`
 
 	effectColumns = `job_id, effect_key, status, generation, provider_operation_id, result, created_at, updated_at`
 
@@ -67,7 +79,9 @@ const (
 
 	// qListJobs pages jobs newest first; $6/$7 is the cursor (created_at,
 	// id) of the last row of the previous page, or NULL.
-	qListJobs = `SELECT ` + jobColumns + ` FROM jobs
+	qListJobs      = `SELECT ` + jobColumns + qListJobsFrom
+	qListJobsBasic = `SELECT ` + jobColumnsBasic + qListJobsFrom
+	qListJobsFrom  = ` FROM jobs
 	WHERE tenant = $1
 	  AND ($2 = '' OR queue = $2)
 	  AND ($3 = '' OR kind = $3)
@@ -75,6 +89,15 @@ const (
 	  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5::timestamptz, $6::text))
 	ORDER BY created_at DESC, id DESC
 	LIMIT $7`
+)
+
+// Watch presence (migration 008): change notifications are sent while a
+// row is unexpired.
+const (
+	qAnnounceWatchers = `INSERT INTO watch_presence (coordinator_id, until) VALUES ($1, now() + $2::interval)
+	ON CONFLICT (coordinator_id) DO UPDATE SET until = excluded.until`
+
+	qWithdrawWatchers = `DELETE FROM watch_presence WHERE coordinator_id = $1`
 )
 
 // Idempotency.
@@ -252,7 +275,9 @@ const (
 	qLatestCheckpoint = `SELECT ` + checkpointColumns + ` FROM job_checkpoints
 	WHERE tenant = $1 AND job_id = $2 ORDER BY seq DESC LIMIT 1`
 
-	qLatestCheckpoints = `SELECT DISTINCT ON (job_id) ` + checkpointColumns + ` FROM job_checkpoints
+	qLatestCheckpoints      = `SELECT DISTINCT ON (job_id) ` + checkpointColumns + qLatestCheckpointsFrom
+	qLatestCheckpointsBasic = `SELECT DISTINCT ON (job_id) ` + checkpointColumnsBasic + qLatestCheckpointsFrom
+	qLatestCheckpointsFrom  = ` FROM job_checkpoints
 	WHERE tenant = $1 AND job_id = ANY($2::text[]) ORDER BY job_id, seq DESC`
 
 	qInsertCheckpoint = `INSERT INTO job_checkpoints (tenant, id, job_id, phase, state, generation, parent_id, created_at)
@@ -301,7 +326,9 @@ const (
 const (
 	// qListDeadJobs pages DEAD jobs newest first; $4/$5 is the cursor
 	// (finished_at, id) or NULL.
-	qListDeadJobs = `SELECT ` + jobColumns + ` FROM jobs
+	qListDeadJobs      = `SELECT ` + jobColumns + qListDeadJobsFrom
+	qListDeadJobsBasic = `SELECT ` + jobColumnsBasic + qListDeadJobsFrom
+	qListDeadJobsFrom  = ` FROM jobs
 	WHERE tenant = $1 AND state = 'dead'
 	  AND ($2 = '' OR queue = $2)
 	  AND ($3 OR NOT abandoned)

@@ -83,33 +83,65 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		}
 		afterTime, afterID = c.at, c.id
 	}
-	rows, err := s.pool.Query(ctx, qListJobs, p.Tenant, p.Queue, p.Kind, states, afterTime, afterID, limit+1)
+	q := qListJobs
+	if p.View == store.JobViewBasic {
+		q = qListJobsBasic
+	}
+	rows, err := s.pool.Query(ctx, q, p.Tenant, p.Queue, p.Kind, states, afterTime, afterID, limit+1)
 	if err != nil {
 		return nil, s.readError(ctx, "list_jobs", err)
 	}
-	recs, err := collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
+	recs, more, err := collectPage(rows, limit, p.MaxBytes)
 	if err != nil {
 		return nil, s.readError(ctx, "list_jobs", err)
-	}
-	page := &store.JobPage{}
-	if len(recs) > limit {
-		recs = recs[:limit]
-		last := recs[limit-1].job
-		page.NextCursor = encodeCursor(cursor{at: last.CreatedAt, id: last.ID})
 	}
 	ids := make([]string, 0, len(recs))
 	for _, r := range recs {
 		ids = append(ids, r.job.ID)
 	}
-	checkpoints, err := latestCheckpoints(ctx, s.pool, p.Tenant, ids)
+	checkpoints, err := latestCheckpointsView(ctx, s.pool, p.Tenant, ids, p.View)
 	if err != nil {
 		return nil, s.readError(ctx, "list_jobs", err)
 	}
+	page := &store.JobPage{}
 	for _, r := range recs {
 		r.job.Checkpoint = checkpoints[r.job.ID]
 		page.Jobs = append(page.Jobs, r.job)
 	}
+	// The checkpoints count too: trim again with them.
+	if n := store.FitPage(page.Jobs, p.MaxBytes, store.JobSize); n < len(page.Jobs) {
+		page.Jobs, more = page.Jobs[:n], true
+	}
+	if more {
+		last := page.Jobs[len(page.Jobs)-1]
+		page.NextCursor = encodeCursor(cursor{at: last.CreatedAt, id: last.ID})
+	}
 	return page, nil
+}
+
+// collectPage reads the jobs of one list page from rows (a query with a
+// LIMIT of limit+1): at most limit, and no more than the byte budget
+// maxBytes holds. It stops reading at the first row that does not belong
+// on the page, so a page of large jobs holds only what it returns, and
+// more reports that such a row exists.
+func collectPage(rows pgx.Rows, limit, maxBytes int) (_ []*jobRecord, more bool, _ error) {
+	defer rows.Close()
+	budget := store.NewPageBudget(maxBytes)
+	var out []*jobRecord
+	for rows.Next() {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		r, err := scanJob(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		if !budget.Take(store.JobSize(r.job)) {
+			return out, true, nil
+		}
+		out = append(out, r)
+	}
+	return out, false, rows.Err()
 }
 
 // ListEvents implements store.Store. Limit 0 means up to

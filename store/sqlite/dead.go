@@ -44,18 +44,33 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 		}
 		after, afterID = sql.NullInt64{Int64: micros(c.at), Valid: true}, c.id
 	}
+	q := qListDeadJobs
+	if p.View == store.JobViewBasic {
+		q = qListDeadJobsBasic
+	}
 	page := &store.DeadJobPage{}
 	err = s.read(ctx, "list dead jobs", func(tx *preparedTx) error {
-		rows, err := tx.QueryContext(ctx, qListDeadJobs, p.Tenant, p.Queue, p.IncludeAbandoned, after, afterID, limit+1)
+		rows, err := tx.QueryContext(ctx, q, p.Tenant, p.Queue, p.IncludeAbandoned, after, afterID, limit+1)
 		if err != nil {
 			return err
 		}
+		// As in ListJobs: reading stops at the first row off the page.
+		budget := store.NewPageBudget(p.MaxBytes)
+		more := false
 		var jobs []*jobRow
 		for rows.Next() {
+			if len(jobs) == limit {
+				more = true
+				break
+			}
 			row, err := scanJob(rows)
 			if err != nil {
 				rows.Close()
 				return err
+			}
+			if !budget.Take(store.JobSize(row.job)) {
+				more = true
+				break
 			}
 			jobs = append(jobs, row)
 		}
@@ -65,17 +80,20 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(jobs) > limit {
-			jobs = jobs[:limit]
-			last := jobs[limit-1].job
-			page.NextCursor = encodeCursor(cursorDead, last.FinishedAt, last.ID)
-		}
 		for _, row := range jobs {
 			dj, err := deadJobTx(ctx, tx, row)
 			if err != nil {
 				return err
 			}
 			page.DeadJobs = append(page.DeadJobs, dj)
+		}
+		// Attempt histories count too: trim again with them.
+		if n := store.FitPage(page.DeadJobs, p.MaxBytes, store.DeadJobSize); n < len(page.DeadJobs) {
+			page.DeadJobs, more = page.DeadJobs[:n], true
+		}
+		if more {
+			last := page.DeadJobs[len(page.DeadJobs)-1].Job
+			page.NextCursor = encodeCursor(cursorDead, last.FinishedAt, last.ID)
 		}
 		return nil
 	})

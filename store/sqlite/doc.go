@@ -50,15 +50,9 @@
 // conformance suite in store/storetest, identical on both engines. A few
 // choices the interface leaves open:
 //
-//   - A leased job whose cancel was requested is never claimable again. If
-//     its lease expires without the holder acknowledging, the next Claim on
-//     its queue finishes it as CANCELLED (attempt outcome lease_expired, one
-//     cancelled event) in the claim's transaction, so it never stays stuck.
-//   - An expired lease whose budget is spent (attempts >= max_attempts, or
-//     retry deadline before now) is never taken over: the next Claim on its
-//     queue finishes the job as DEAD (lease_expired, run_failed and dead
-//     events; last error LEASE_EXPIRED) in the claim's transaction, so a
-//     job that crashes its worker every time ends in the dead-letter queue.
+//   - A leased job whose cancel was requested is never claimable again.
+//     Claims take only queued rows: a lease that expired with no report is
+//     ended by ReapExpired as store.DecideExpiry says.
 //   - Complete on a cancel-requested job still succeeds: the holder finished
 //     the work, and the later RequestCancel sees ErrAlreadyFinal.
 //   - Release of a cancel-requested job finishes it as CANCELLED (attempt

@@ -358,17 +358,34 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 	if err != nil {
 		return nil, fmt.Errorf("encode states: %w", err)
 	}
+	q := qListJobs
+	if p.View == store.JobViewBasic {
+		q = qListJobsBasic
+	}
 	page := &store.JobPage{}
+	more := false
 	err = s.read(ctx, "list jobs", func(tx *preparedTx) error {
-		rows, err := tx.QueryContext(ctx, qListJobs, p.Tenant, p.Queue, p.Kind, string(statesJSON), after, afterID, limit+1)
+		rows, err := tx.QueryContext(ctx, q, p.Tenant, p.Queue, p.Kind, string(statesJSON), after, afterID, limit+1)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		// Rows are read one at a time and reading stops at the first one
+		// that does not belong on the page (past limit, or over the byte
+		// budget), so a page of large jobs holds only what it returns.
+		budget := store.NewPageBudget(p.MaxBytes)
 		for rows.Next() {
+			if len(page.Jobs) == limit {
+				more = true
+				return nil
+			}
 			row, err := scanJob(rows)
 			if err != nil {
 				return err
+			}
+			if !budget.Take(store.JobSize(row.job)) {
+				more = true
+				return nil
 			}
 			page.Jobs = append(page.Jobs, row.job)
 		}
@@ -377,9 +394,8 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 	if err != nil {
 		return nil, err
 	}
-	if len(page.Jobs) > limit {
-		page.Jobs = page.Jobs[:limit]
-		last := page.Jobs[limit-1]
+	if more {
+		last := page.Jobs[len(page.Jobs)-1]
 		page.NextCursor = encodeCursor(cursorJobs, last.CreatedAt, last.ID)
 	}
 	return page, nil

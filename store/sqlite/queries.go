@@ -21,6 +21,17 @@ SELECT j.tenant, j.id, j.queue, j.kind, j.payload, j.metadata, j.priority, j.sta
        j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at, j.concurrency_key,
        c.id, c.phase, c.state, c.generation, c.parent_id, c.created_at`
 
+// jobSelectBasic is jobSelect without the payload, the result and the
+// checkpoint's state (NULL in their places, so scanJob reads either), for
+// BASIC lists.
+const jobSelectBasic = `
+SELECT j.tenant, j.id, j.queue, j.kind, NULL, j.metadata, j.priority, j.state,
+       j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
+       j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
+       j.last_error_code, j.last_error_message, j.last_error_retryable, NULL,
+       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at,
+       c.id, c.phase, NULL, c.generation, c.parent_id, c.created_at` + jobSelectFrom
+
 const jobSelectFrom = `
 FROM jobs j
 LEFT JOIN job_checkpoints c
@@ -55,7 +66,12 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
 // qListJobs pages a tenant's jobs newest first. ?2/?3 filter queue and kind
 // when not empty, ?4 is a JSON array of states (empty: all), ?5/?6 the
 // cursor (created_at, id; ?5 NULL on the first page), ?7 the limit.
-const qListJobs = jobSelect + `
+const (
+	qListJobs      = jobSelect + qListJobsWhere
+	qListJobsBasic = jobSelectBasic + qListJobsWhere
+)
+
+const qListJobsWhere = `
 WHERE j.tenant = ?1
   AND (?2 = '' OR j.queue = ?2)
   AND (?3 = '' OR j.kind = ?3)
@@ -299,7 +315,12 @@ RETURNING ` + effectColumns
 
 // qListDeadJobs pages a tenant's DEAD jobs newest first by finished_at.
 // ?4/?5 are the cursor (finished_at, id; ?4 NULL on the first page).
-const qListDeadJobs = jobSelect + `
+const (
+	qListDeadJobs      = jobSelect + qListDeadJobsWhere
+	qListDeadJobsBasic = jobSelectBasic + qListDeadJobsWhere
+)
+
+const qListDeadJobsWhere = `
 WHERE j.tenant = ?1 AND j.state = 'dead'
   AND (?2 = '' OR j.queue = ?2)
   AND (?3 OR j.abandoned = 0)
@@ -402,13 +423,13 @@ DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
 // statements are the queries prepared once per connection (see prepared).
 // Fragments (jobSelect, leaseHeld, claimJobsUpdate, ...) are not statements.
 var statements = []string{
-	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qJobExists, qListEvents,
+	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qListJobsBasic, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
 	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLeaseJob, qLockExpired, qNextExpiry, qLeaveExpired,
 	qInsertAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
 	qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
-	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs,
+	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
 	qPruneIdempotencyKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,

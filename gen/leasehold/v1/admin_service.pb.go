@@ -539,8 +539,12 @@ type ListDeadJobsRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Include abandoned jobs as well.
 	IncludeAbandoned bool `protobuf:"varint,4,opt,name=include_abandoned,json=includeAbandoned,proto3" json:"include_abandoned,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
+	// result or checkpoint state); JOB_VIEW_FULL for whole jobs. The attempt
+	// history is in both.
+	View          JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListDeadJobsRequest) Reset() {
@@ -601,10 +605,18 @@ func (x *ListDeadJobsRequest) GetIncludeAbandoned() bool {
 	return false
 }
 
+func (x *ListDeadJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
 // ListDeadJobsResponse is one page of dead jobs.
 type ListDeadJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Dead jobs, newest first.
+	// Dead jobs, newest first. As in ListJobsResponse, a page may end early
+	// at the page byte budget, and always holds at least one job.
 	DeadJobs []*DeadJob `protobuf:"bytes,1,rep,name=dead_jobs,json=deadJobs,proto3" json:"dead_jobs,omitempty"`
 	// Pass to the next call; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -2096,13 +2108,14 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
 	"\x13ResumeQueueResponse\x121\n" +
-	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\x94\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xbf\x01\n" +
 	"\x13ListDeadJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
-	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\"r\n" +
+	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\x12)\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"r\n" +
 	"\x14ListDeadJobsResponse\x122\n" +
 	"\tdead_jobs\x18\x01 \x03(\v2\x15.leasehold.v1.DeadJobR\bdeadJobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
@@ -2269,16 +2282,17 @@ var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*ListAuditEventsResponse)(nil),     // 40: leasehold.v1.ListAuditEventsResponse
 	(*QueuePolicy)(nil),                 // 41: leasehold.v1.QueuePolicy
 	(*QueueStats)(nil),                  // 42: leasehold.v1.QueueStats
-	(*DeadJob)(nil),                     // 43: leasehold.v1.DeadJob
-	(*Job)(nil),                         // 44: leasehold.v1.Job
-	(*Breaker)(nil),                     // 45: leasehold.v1.Breaker
-	(*durationpb.Duration)(nil),         // 46: google.protobuf.Duration
-	(*BreakerPolicy)(nil),               // 47: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),                // 48: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),                  // 49: leasehold.v1.WorkerInfo
-	(Role)(0),                           // 50: leasehold.v1.Role
-	(*Principal)(nil),                   // 51: leasehold.v1.Principal
-	(*AuditEvent)(nil),                  // 52: leasehold.v1.AuditEvent
+	(JobView)(0),                        // 43: leasehold.v1.JobView
+	(*DeadJob)(nil),                     // 44: leasehold.v1.DeadJob
+	(*Job)(nil),                         // 45: leasehold.v1.Job
+	(*Breaker)(nil),                     // 46: leasehold.v1.Breaker
+	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
+	(*BreakerPolicy)(nil),               // 48: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),                // 49: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),                  // 50: leasehold.v1.WorkerInfo
+	(Role)(0),                           // 51: leasehold.v1.Role
+	(*Principal)(nil),                   // 52: leasehold.v1.Principal
+	(*AuditEvent)(nil),                  // 53: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
 	41, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
@@ -2289,69 +2303,70 @@ var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
 	41, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
 	41, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
 	41, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 8: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	43, // 9: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	44, // 10: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	43, // 11: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	45, // 12: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	45, // 13: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	46, // 14: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
-	45, // 15: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	47, // 16: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
-	45, // 17: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
-	48, // 18: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
-	45, // 19: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	49, // 20: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	50, // 21: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	51, // 22: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	51, // 23: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	51, // 24: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	52, // 25: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
-	0,  // 26: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 27: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 28: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 29: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 30: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 31: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 32: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 33: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 34: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 35: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 36: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
-	23, // 37: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	24, // 38: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
-	26, // 39: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
-	28, // 40: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
-	31, // 41: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	33, // 42: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
-	35, // 43: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
-	37, // 44: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
-	39, // 45: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	2,  // 46: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 47: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 48: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 49: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 50: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 51: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 52: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 53: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 54: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 55: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 56: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
-	30, // 57: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	25, // 58: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
-	27, // 59: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
-	29, // 60: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
-	32, // 61: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	34, // 62: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	36, // 63: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	38, // 64: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	40, // 65: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	46, // [46:66] is the sub-list for method output_type
-	26, // [26:46] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	43, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
+	44, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	44, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	45, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	44, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	46, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	46, // 14: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	47, // 15: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
+	46, // 16: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	48, // 17: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
+	46, // 18: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
+	49, // 19: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
+	46, // 20: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	50, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	51, // 22: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	52, // 23: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	52, // 24: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	52, // 25: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	53, // 26: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	0,  // 27: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	3,  // 28: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	5,  // 29: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	7,  // 30: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	9,  // 31: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	11, // 32: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	13, // 33: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	15, // 34: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	17, // 35: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	19, // 36: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	21, // 37: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
+	23, // 38: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	24, // 39: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
+	26, // 40: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
+	28, // 41: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
+	31, // 42: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	33, // 43: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	35, // 44: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	37, // 45: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	39, // 46: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	2,  // 47: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 48: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 49: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 50: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 51: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 52: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 53: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 54: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 55: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 56: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 57: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
+	30, // 58: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	25, // 59: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
+	27, // 60: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
+	29, // 61: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
+	32, // 62: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	34, // 63: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	36, // 64: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	38, // 65: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	40, // 66: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	47, // [47:67] is the sub-list for method output_type
+	27, // [27:47] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }

@@ -464,7 +464,10 @@ type ListJobsRequest struct {
 	// invalid.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous response's next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
+	// result or checkpoint state); JOB_VIEW_FULL for whole jobs.
+	View          JobView `protobuf:"varint,6,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,10 +537,20 @@ func (x *ListJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
 // ListJobsResponse is one page of jobs.
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The page, newest first.
+	// The page, newest first. It may hold fewer than page_size jobs though
+	// more follow: a page ends early when its jobs would exceed the
+	// coordinator's page byte budget (2 MiB by default), and always holds at
+	// least one job.
 	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// Pass to the next call; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -946,14 +959,15 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"5\n" +
 	"\x0eGetJobResponse\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"\xa7\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"\xd2\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12.\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x16.leasehold.v1.JobStateR\x06states\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"a\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12)\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"a\n" +
 	"\x10ListJobsResponse\x12%\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x11.leasehold.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"A\n" +
@@ -1018,7 +1032,8 @@ var file_leasehold_v1_job_service_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),     // 17: google.protobuf.Duration
 	(*Job)(nil),                     // 18: leasehold.v1.Job
 	(JobState)(0),                   // 19: leasehold.v1.JobState
-	(*Event)(nil),                   // 20: leasehold.v1.Event
+	(JobView)(0),                    // 20: leasehold.v1.JobView
+	(*Event)(nil),                   // 21: leasehold.v1.Event
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
 	15, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
@@ -1030,29 +1045,30 @@ var file_leasehold_v1_job_service_proto_depIdxs = []int32{
 	2,  // 6: leasehold.v1.BatchCreateJobsResponse.responses:type_name -> leasehold.v1.CreateJobResponse
 	18, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
 	19, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
-	18, // 9: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	18, // 10: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	20, // 11: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
-	20, // 12: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
-	1,  // 13: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
-	3,  // 14: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
-	5,  // 15: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	7,  // 16: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	9,  // 17: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	11, // 18: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
-	13, // 19: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
-	2,  // 20: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
-	4,  // 21: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
-	6,  // 22: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	8,  // 23: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	10, // 24: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	12, // 25: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
-	14, // 26: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	20, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
+	18, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	18, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	21, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
+	21, // 13: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
+	1,  // 14: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
+	3,  // 15: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
+	5,  // 16: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	7,  // 17: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	9,  // 18: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	11, // 19: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
+	13, // 20: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
+	2,  // 21: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
+	4,  // 22: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
+	6,  // 23: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	8,  // 24: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	10, // 25: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	12, // 26: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
+	14, // 27: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }

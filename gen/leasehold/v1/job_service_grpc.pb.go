@@ -53,7 +53,8 @@ type JobServiceClient interface {
 	BatchCreateJobs(ctx context.Context, in *BatchCreateJobsRequest, opts ...grpc.CallOption) (*BatchCreateJobsResponse, error)
 	// GetJob returns one job.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
-	// ListJobs lists jobs, newest first, with filters and pagination.
+	// ListJobs lists jobs, newest first, with filters and pagination; BASIC
+	// view (no payloads) unless the request asks for FULL.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	// CancelJob cancels a job. A queued job is CANCELLED at once; a leased job
 	// is marked cancel_requested, cannot be claimed again, and its holder is
@@ -179,7 +180,8 @@ type JobServiceServer interface {
 	BatchCreateJobs(context.Context, *BatchCreateJobsRequest) (*BatchCreateJobsResponse, error)
 	// GetJob returns one job.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
-	// ListJobs lists jobs, newest first, with filters and pagination.
+	// ListJobs lists jobs, newest first, with filters and pagination; BASIC
+	// view (no payloads) unless the request asks for FULL.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	// CancelJob cancels a job. A queued job is CANCELLED at once; a leased job
 	// is marked cancel_requested, cannot be claimed again, and its holder is

@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// JobView says how much of each job a list returns (AIP-157 partial
+// responses). GetJob always returns the whole job.
+type JobView int32
+
+const (
+	// The default: JOB_VIEW_BASIC.
+	JobView_JOB_VIEW_UNSPECIFIED JobView = 0
+	// Every field except the payload, the result and the checkpoint's state
+	// (its phase, generation and time are kept): the fields that may each be
+	// as large as the payload limit. A page of BASIC jobs stays small
+	// whatever the jobs carry.
+	JobView_JOB_VIEW_BASIC JobView = 1
+	// Every field, as GetJob returns it. Pages of FULL jobs are bounded by the
+	// coordinator's page byte budget and may end early (see next_page_token).
+	JobView_JOB_VIEW_FULL JobView = 2
+)
+
+// Enum value maps for JobView.
+var (
+	JobView_name = map[int32]string{
+		0: "JOB_VIEW_UNSPECIFIED",
+		1: "JOB_VIEW_BASIC",
+		2: "JOB_VIEW_FULL",
+	}
+	JobView_value = map[string]int32{
+		"JOB_VIEW_UNSPECIFIED": 0,
+		"JOB_VIEW_BASIC":       1,
+		"JOB_VIEW_FULL":        2,
+	}
+)
+
+func (x JobView) Enum() *JobView {
+	p := new(JobView)
+	*p = x
+	return p
+}
+
+func (x JobView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobView) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[0].Descriptor()
+}
+
+func (JobView) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[0]
+}
+
+func (x JobView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobView.Descriptor instead.
+func (JobView) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
 // JobState is the public lifecycle state of a job.
 //
 // Who holds a leased job is never inferred from the state: it is the job's
@@ -81,11 +139,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[0].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[1].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[0]
+	return &file_leasehold_v1_types_proto_enumTypes[1]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -94,7 +152,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 // EventType is the type of a job event.
@@ -179,11 +237,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[1].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[2].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[1]
+	return &file_leasehold_v1_types_proto_enumTypes[2]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -192,7 +250,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 // EffectStatus is the state of one external side effect in the ledger.
@@ -242,11 +300,11 @@ func (x EffectStatus) String() string {
 }
 
 func (EffectStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[2].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[3].Descriptor()
 }
 
 func (EffectStatus) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[2]
+	return &file_leasehold_v1_types_proto_enumTypes[3]
 }
 
 func (x EffectStatus) Number() protoreflect.EnumNumber {
@@ -255,7 +313,7 @@ func (x EffectStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EffectStatus.Descriptor instead.
 func (EffectStatus) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // AttemptOutcome is how one attempt ended.
@@ -311,11 +369,11 @@ func (x AttemptOutcome) String() string {
 }
 
 func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[3].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (AttemptOutcome) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[3]
+	return &file_leasehold_v1_types_proto_enumTypes[4]
 }
 
 func (x AttemptOutcome) Number() protoreflect.EnumNumber {
@@ -324,7 +382,7 @@ func (x AttemptOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttemptOutcome.Descriptor instead.
 func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // BreakerState is the state of a circuit breaker.
@@ -369,11 +427,11 @@ func (x BreakerState) String() string {
 }
 
 func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[4].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
 }
 
 func (BreakerState) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[4]
+	return &file_leasehold_v1_types_proto_enumTypes[5]
 }
 
 func (x BreakerState) Number() protoreflect.EnumNumber {
@@ -382,7 +440,7 @@ func (x BreakerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerState.Descriptor instead.
 func (BreakerState) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 // BreakerEventType is the type of a breaker transition.
@@ -440,11 +498,11 @@ func (x BreakerEventType) String() string {
 }
 
 func (BreakerEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (BreakerEventType) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[5]
+	return &file_leasehold_v1_types_proto_enumTypes[6]
 }
 
 func (x BreakerEventType) Number() protoreflect.EnumNumber {
@@ -453,7 +511,7 @@ func (x BreakerEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerEventType.Descriptor instead.
 func (BreakerEventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // WorkerTransport is how a worker talks to a coordinator.
@@ -496,11 +554,11 @@ func (x WorkerTransport) String() string {
 }
 
 func (WorkerTransport) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (WorkerTransport) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[6]
+	return &file_leasehold_v1_types_proto_enumTypes[7]
 }
 
 func (x WorkerTransport) Number() protoreflect.EnumNumber {
@@ -509,7 +567,7 @@ func (x WorkerTransport) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkerTransport.Descriptor instead.
 func (WorkerTransport) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // LeaseToken identifies one lease generation of one job: the fencing token.
@@ -2563,7 +2621,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"lastSeenAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*J\n" +
+	"\aJobView\x12\x18\n" +
+	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
+	"\rJOB_VIEW_FULL\x10\x02*\xad\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x14\n" +
@@ -2632,83 +2694,84 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_leasehold_v1_types_proto_goTypes = []any{
-	(JobState)(0),                 // 0: leasehold.v1.JobState
-	(EventType)(0),                // 1: leasehold.v1.EventType
-	(EffectStatus)(0),             // 2: leasehold.v1.EffectStatus
-	(AttemptOutcome)(0),           // 3: leasehold.v1.AttemptOutcome
-	(BreakerState)(0),             // 4: leasehold.v1.BreakerState
-	(BreakerEventType)(0),         // 5: leasehold.v1.BreakerEventType
-	(WorkerTransport)(0),          // 6: leasehold.v1.WorkerTransport
-	(*LeaseToken)(nil),            // 7: leasehold.v1.LeaseToken
-	(*LeaseInfo)(nil),             // 8: leasehold.v1.LeaseInfo
-	(*JobError)(nil),              // 9: leasehold.v1.JobError
-	(*Job)(nil),                   // 10: leasehold.v1.Job
-	(*Event)(nil),                 // 11: leasehold.v1.Event
-	(*Checkpoint)(nil),            // 12: leasehold.v1.Checkpoint
-	(*Effect)(nil),                // 13: leasehold.v1.Effect
-	(*Attempt)(nil),               // 14: leasehold.v1.Attempt
-	(*DeadJob)(nil),               // 15: leasehold.v1.DeadJob
-	(*RetryPolicy)(nil),           // 16: leasehold.v1.RetryPolicy
-	(*QueuePolicy)(nil),           // 17: leasehold.v1.QueuePolicy
-	(*RateLimit)(nil),             // 18: leasehold.v1.RateLimit
-	(*QueueStats)(nil),            // 19: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 20: leasehold.v1.Breaker
-	(*BreakerPolicy)(nil),         // 21: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),          // 22: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),            // 23: leasehold.v1.WorkerInfo
-	nil,                           // 24: leasehold.v1.Job.MetadataEntry
-	nil,                           // 25: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(JobView)(0),                  // 0: leasehold.v1.JobView
+	(JobState)(0),                 // 1: leasehold.v1.JobState
+	(EventType)(0),                // 2: leasehold.v1.EventType
+	(EffectStatus)(0),             // 3: leasehold.v1.EffectStatus
+	(AttemptOutcome)(0),           // 4: leasehold.v1.AttemptOutcome
+	(BreakerState)(0),             // 5: leasehold.v1.BreakerState
+	(BreakerEventType)(0),         // 6: leasehold.v1.BreakerEventType
+	(WorkerTransport)(0),          // 7: leasehold.v1.WorkerTransport
+	(*LeaseToken)(nil),            // 8: leasehold.v1.LeaseToken
+	(*LeaseInfo)(nil),             // 9: leasehold.v1.LeaseInfo
+	(*JobError)(nil),              // 10: leasehold.v1.JobError
+	(*Job)(nil),                   // 11: leasehold.v1.Job
+	(*Event)(nil),                 // 12: leasehold.v1.Event
+	(*Checkpoint)(nil),            // 13: leasehold.v1.Checkpoint
+	(*Effect)(nil),                // 14: leasehold.v1.Effect
+	(*Attempt)(nil),               // 15: leasehold.v1.Attempt
+	(*DeadJob)(nil),               // 16: leasehold.v1.DeadJob
+	(*RetryPolicy)(nil),           // 17: leasehold.v1.RetryPolicy
+	(*QueuePolicy)(nil),           // 18: leasehold.v1.QueuePolicy
+	(*RateLimit)(nil),             // 19: leasehold.v1.RateLimit
+	(*QueueStats)(nil),            // 20: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 21: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),         // 22: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),          // 23: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),            // 24: leasehold.v1.WorkerInfo
+	nil,                           // 25: leasehold.v1.Job.MetadataEntry
+	nil,                           // 26: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	26, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
-	0,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	8,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	26, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	26, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	26, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	9,  // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
-	12, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	26, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
-	1,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	26, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	26, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	26, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	26, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	26, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	3,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
-	9,  // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
-	10, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
-	14, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	27, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	27, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	27, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
-	16, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	27, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
-	18, // 27: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
-	27, // 28: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	4,  // 29: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	26, // 30: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	26, // 31: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	21, // 32: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
-	26, // 33: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 34: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
-	27, // 35: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
-	27, // 36: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
-	27, // 37: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
-	5,  // 38: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
-	26, // 39: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 40: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	26, // 41: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	6,  // 42: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	26, // 43: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	27, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	1,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
+	9,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
+	27, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	27, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	27, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
+	13, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
+	27, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	27, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	27, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
+	27, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	27, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	27, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	4,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
+	10, // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
+	11, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
+	15, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
+	28, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	28, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	28, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	17, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
+	28, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	19, // 27: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
+	28, // 28: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	5,  // 29: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	27, // 30: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	27, // 31: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	22, // 32: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	27, // 33: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 34: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	28, // 35: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	28, // 36: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	28, // 37: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	6,  // 38: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	27, // 39: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	26, // 40: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	27, // 41: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	7,  // 42: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	27, // 43: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
 	44, // [44:44] is the sub-list for method output_type
 	44, // [44:44] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
@@ -2727,7 +2790,7 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// limitFlags are serve's flags for the coordinator's limits: one flag per
+// coordinator.Config limit, each with a LEASEHOLD_* environment variable
+// (the flag's name in upper snake case). Their defaults are the
+// coordinator's; the coordinator's Config documents each one and
+// validates the values.
+type limitFlags struct {
+	payloadMaxBytes      int
+	listPageBytes        int
+	unaryTimeout         time.Duration
+	maxConcurrentStreams uint32
+	connectionTimeout    time.Duration
+	maxConnections       int
+	maxConnectionAge     time.Duration
+	maxConnectionGrace   time.Duration
+	unaryRate            float64
+	unaryBurst           int
+	streamOpenRate       float64
+	streamOpenBurst      int
+	maxInFlightReads     int
+	maxInFlightWrites    int
+	shedWait             time.Duration
+	watchersPerConn      int
+	watchersMax          int
+	overloadLogInterval  time.Duration
+
+	// envErr is the first LEASEHOLD_* value that did not parse, reported
+	// as a usage error when serve runs.
+	envErr error
+}
+
+// limitFlagNames are the flags addLimitFlags registers, whose environment
+// variables it reads.
+var limitFlagNames = []string{
+	"max-payload-bytes", "list-page-bytes", "unary-timeout", "max-concurrent-streams",
+	"connection-timeout", "max-connections", "max-connection-age", "max-connection-age-grace",
+	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
+	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
+	"watchers-per-connection", "watchers-max", "overload-log-interval",
+}
+
+// limitEnv is the environment variable of a limit flag.
+func limitEnv(flag string) string {
+	return "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
+	env := func(flag string) string { return " (env " + limitEnv(flag) + ")" }
+	fs.IntVar(&f.payloadMaxBytes, "max-payload-bytes", coordinator.PayloadMaxBytesDefault,
+		"largest payload, result, checkpoint state or effect result accepted, in bytes; requests may be this plus 1 MiB"+env("max-payload-bytes"))
+	fs.IntVar(&f.listPageBytes, "list-page-bytes", coordinator.ListPageBytesDefault,
+		"byte budget of one ListJobs/ListDeadJobs page: a page ends early with a next_page_token"+env("list-page-bytes"))
+	fs.DurationVar(&f.unaryTimeout, "unary-timeout", coordinator.UnaryTimeoutDefault,
+		"server-side deadline of a unary call"+env("unary-timeout"))
+	fs.Uint32Var(&f.maxConcurrentStreams, "max-concurrent-streams", coordinator.MaxConcurrentStreamsDefault,
+		"concurrent calls (HTTP/2 streams) per client connection"+env("max-concurrent-streams"))
+	fs.DurationVar(&f.connectionTimeout, "connection-timeout", coordinator.ConnectionTimeoutDefault,
+		"a connection that has not finished its TLS/HTTP/2 handshake in this long is closed"+env("connection-timeout"))
+	fs.IntVar(&f.maxConnections, "max-connections", coordinator.MaxConnectionsDefault,
+		"connections held at once; more wait to be accepted"+env("max-connections"))
+	fs.DurationVar(&f.maxConnectionAge, "max-connection-age", 0,
+		"end each connection after about this long (GOAWAY) so clients rebalance across replicas; 0 = never"+env("max-connection-age"))
+	fs.DurationVar(&f.maxConnectionGrace, "max-connection-age-grace", coordinator.MaxConnectionAgeGraceDefault,
+		"how long calls on an aged-out connection get to finish"+env("max-connection-age-grace"))
+	fs.Float64Var(&f.unaryRate, "unary-rate", coordinator.UnaryRateDefault,
+		"unary calls a second per principal (per connection with --auth none); negative = unlimited"+env("unary-rate"))
+	fs.IntVar(&f.unaryBurst, "unary-burst", coordinator.UnaryBurstDefault,
+		"burst of unary calls above --unary-rate"+env("unary-burst"))
+	fs.Float64Var(&f.streamOpenRate, "stream-open-rate", coordinator.StreamOpenRateDefault,
+		"streams (Connect, WatchJob) opened a second per principal (per connection with --auth none); negative = unlimited"+env("stream-open-rate"))
+	fs.IntVar(&f.streamOpenBurst, "stream-open-burst", coordinator.StreamOpenBurstDefault,
+		"burst of stream opens above --stream-open-rate"+env("stream-open-burst"))
+	fs.IntVar(&f.maxInFlightReads, "max-in-flight-reads", coordinator.MaxInFlightReadsDefault,
+		"reads (Get*, List*) doing store work at once; more wait --shed-wait, then are refused OVERLOADED"+env("max-in-flight-reads"))
+	fs.IntVar(&f.maxInFlightWrites, "max-in-flight-writes", coordinator.MaxInFlightWritesDefault,
+		"writes (creates, reports, admin changes) doing store work at once"+env("max-in-flight-writes"))
+	fs.DurationVar(&f.shedWait, "shed-wait", coordinator.ShedWaitDefault,
+		"how long a call waits for room before it is refused OVERLOADED"+env("shed-wait"))
+	fs.IntVar(&f.watchersPerConn, "watchers-per-connection", coordinator.WatchersPerConnectionMaxDefault,
+		"WatchJob streams per client connection"+env("watchers-per-connection"))
+	fs.IntVar(&f.watchersMax, "watchers-max", coordinator.WatchersMaxDefault,
+		"WatchJob streams per coordinator"+env("watchers-max"))
+	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
+		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
+	for _, name := range limitFlagNames {
+		if v := c.getenv(limitEnv(name)); v != "" {
+			if err := fs.Set(name, v); err != nil && f.envErr == nil {
+				f.envErr = fmt.Errorf("%s=%q: %w", limitEnv(name), v, err)
+			}
+		}
+	}
+}
+
+// apply copies the limits into cfg.
+func (f *limitFlags) apply(cfg *coordinator.Config) {
+	cfg.PayloadMaxBytes = f.payloadMaxBytes
+	cfg.ListPageBytes = f.listPageBytes
+	cfg.UnaryTimeout = f.unaryTimeout
+	cfg.MaxConcurrentStreams = f.maxConcurrentStreams
+	cfg.ConnectionTimeout = f.connectionTimeout
+	cfg.MaxConnections = f.maxConnections
+	cfg.MaxConnectionAge = f.maxConnectionAge
+	cfg.MaxConnectionAgeGrace = f.maxConnectionGrace
+	cfg.UnaryRate = f.unaryRate
+	cfg.UnaryBurst = f.unaryBurst
+	cfg.StreamOpenRate = f.streamOpenRate
+	cfg.StreamOpenBurst = f.streamOpenBurst
+	cfg.MaxInFlightReads = f.maxInFlightReads
+	cfg.MaxInFlightWrites = f.maxInFlightWrites
+	cfg.ShedWait = f.shedWait
+	cfg.WatchersPerConnectionMax = f.watchersPerConn
+	cfg.WatchersMax = f.watchersMax
+	cfg.OverloadLogInterval = f.overloadLogInterval
+}
