@@ -34,7 +34,7 @@ const (
 	attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
 	cancel_requested, cancel_reason, created_at, available_at, finished_at,
 	retry_deadline, last_error_code, last_error_message, last_error_retryable,
-	NULL::bytea, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at`
+	NULL::bytea, replay_of, replayed_as, abandoned, dependency, last_event_seq, leased_at, concurrency_key`
 
 	checkpointColumns = `id, job_id, phase, state, generation, parent_id, created_at`
 

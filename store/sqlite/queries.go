@@ -29,7 +29,7 @@ SELECT j.tenant, j.id, j.queue, j.kind, NULL, j.metadata, j.priority, j.state,
        j.attempts, j.max_attempts, j.lease_owner, j.lease_generation, j.lease_expires_at,
        j.cancel_requested, j.created_at, j.available_at, j.finished_at, j.retry_deadline,
        j.last_error_code, j.last_error_message, j.last_error_retryable, NULL,
-       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at,
+       j.replay_of, j.replayed_as, j.abandoned, j.dependency, j.leased_at, j.concurrency_key,
        c.id, c.phase, NULL, c.generation, c.parent_id, c.created_at` + jobSelectFrom
 
 const jobSelectFrom = `
