@@ -321,7 +321,9 @@ func TestWorkerExecCancel(t *testing.T) {
 	})
 
 	t.Run("a child that ignores SIGTERM is killed after --kill-grace", func(t *testing.T) {
-		w := h.startExec("--queue", "stubborn", "--kill-grace", "200ms", "--", "sh", "-c", stubborn)
+		// The grace leaves sh time to run its trap on a loaded machine (sh runs
+		// it once its foreground sleep, signalled with the group, has exited).
+		w := h.startExec("--queue", "stubborn", "--kill-grace", "2s", "--", "sh", "-c", stubborn)
 		fifo, marker := mkfifo(t, "started"), filepath.Join(t.TempDir(), "marker")
 		j := h.createJob("--queue", "stubborn", "--kind", "long", "--meta", "fifo="+fifo, "--meta", "marker="+marker)
 		readFIFO(t, fifo)
