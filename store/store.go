@@ -166,3 +166,56 @@ type Store interface {
 	// Close releases the store's connections.
 	Close() error
 }
+
+// JobNotifier is implemented by engines that can wake dispatchers when jobs
+// become available (created, rescheduled, released), so that idle worker
+// streams do not have to poll. PostgreSQL uses LISTEN/NOTIFY, which reaches
+// every coordinator on the database; SQLite notifies within the process.
+type JobNotifier interface {
+	// SubscribeJobs delivers the queues that got available jobs until ctx is
+	// done, then closes the channel. Notifications are coalesced and may be
+	// dropped when the receiver is slow: they are hints, and the dispatcher
+	// still polls as a fallback.
+	SubscribeJobs(ctx context.Context) (<-chan QueueRef, error)
+}
+
+// JobRef names a job of a tenant.
+type JobRef struct {
+	Tenant string
+	ID     string
+}
+
+// JobChanges is a subscription to the jobs whose history grew (an event
+// was appended: every state change, checkpoint, cancel request, replay).
+type JobChanges struct {
+	// Jobs gets each changed job after its change committed. Delivery is
+	// best effort: see Lost.
+	Jobs <-chan JobRef
+	// Lost gets a value when changes may have been missed (the subscriber
+	// fell behind, or the notification connection dropped and came back):
+	// whoever waits for a change should read again. Both channels close
+	// when the subscription ends.
+	Lost <-chan struct{}
+}
+
+// JobChangeNotifier is implemented by engines that tell every process
+// sharing the database which jobs changed, so that a WatchJob on one
+// coordinator wakes for a change made through another. Engines without
+// it (SQLite: one file, one coordinator) leave it to the coordinator,
+// which sees every write made through it.
+//
+// Changes are only sent while some coordinator has announced watchers
+// (AnnounceWatchers), so that a database nobody watches pays nothing for
+// them.
+type JobChangeNotifier interface {
+	// SubscribeJobChanges delivers job changes until ctx is done or the
+	// store closes. It returns once changes committed after it are
+	// delivered, provided watchers are announced.
+	SubscribeJobChanges(ctx context.Context) (JobChanges, error)
+	// AnnounceWatchers records that the coordinator id has watchers, for
+	// ttl: until then every job change is sent. It returns once that is
+	// committed. Call it again before ttl passes while watchers last.
+	AnnounceWatchers(ctx context.Context, id string, ttl time.Duration) error
+	// WithdrawWatchers removes id's announcement.
+	WithdrawWatchers(ctx context.Context, id string) error
+}
