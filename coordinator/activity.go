@@ -70,28 +70,7 @@ var _ startstop.Service = (*activityReporter)(nil)
 
 // Start logs every interval until Stop or ctx ends.
 func (r *activityReporter) Start(ctx context.Context) {
-	if r.interval <= 0 {
-		return
-	}
-	ctx, shouldStart, started, stopped := r.StartInit(ctx)
-	if !shouldStart {
-		return
-	}
-	go func() {
-		started()
-		defer stopped()
-		t := time.NewTicker(r.interval)
-		defer t.Stop()
-		var last activityCounts
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				last = r.runOnce(ctx, last)
-			}
-		}
-	}()
+	startEvery(ctx, &r.BaseStartStop, r.interval, r.runOnce)
 }
 
 // runOnce logs the counters when they differ from last and returns the
