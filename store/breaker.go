@@ -699,6 +699,14 @@ type ListBreakerEventsParams struct {
 	Limit         int
 }
 
+// ValidateReset checks a ResetBreakerParams.
+func ValidateReset(p ResetBreakerParams) error {
+	if err := ValidateBreakerRef(p.Tenant, p.Dependency); err != nil {
+		return err
+	}
+	return ValidateReason(p.Reason)
+}
+
 // ValidateForceOpen checks a ForceOpenBreakerParams.
 func ValidateForceOpen(p ForceOpenBreakerParams) error {
 	if err := ValidateTenant(p.Tenant); err != nil {

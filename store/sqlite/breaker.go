@@ -193,10 +193,7 @@ func (s *Store) changeBreaker(ctx context.Context, op string, k store.BreakerKey
 
 // ResetBreaker implements store.Store.
 func (s *Store) ResetBreaker(ctx context.Context, p store.ResetBreakerParams) (*store.Breaker, error) {
-	if err := store.ValidateBreakerRef(p.Tenant, p.Dependency); err != nil {
-		return nil, err
-	}
-	if err := store.ValidateReason(p.Reason); err != nil {
+	if err := store.ValidateReset(p); err != nil {
 		return nil, err
 	}
 	return s.changeBreaker(ctx, "reset_breaker", store.BreakerKey{Tenant: p.Tenant, Dependency: p.Dependency}, p.Now, false,
