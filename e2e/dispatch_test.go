@@ -230,8 +230,9 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 	// pg_stat_database late (up to PGSTAT_IDLE_INTERVAL, 10s, and longer
 	// while the stats lock is contended on a busy server), so the setup's
 	// commits could otherwise land in the window. A backend reports when
-	// it exits, so the coordinator's are ended; its pool and listener
-	// reconnect, and what that costs is counted in the window.
+	// it exits, so the coordinator's are ended (its pool and listener
+	// reconnect): before the window, so that the setup's commits are not
+	// counted in it, and at its end, so that all of its own are.
 	// It also returns how many statements it ran after the terminate.
 	flushed := func() (int64, int64) {
 		t.Helper()
@@ -260,8 +261,9 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 	}
 	// Let the first rounds pass (every new stream and every credit it
 	// granted wakes one; on a busy machine they trickle in for a while):
-	// wait for a quiet 2s, at most 30s.
-	before := commits()
+	// report what they did, let the coordinator reconnect, and wait for a
+	// quiet 2s, at most 30s.
+	before, _ := flushed()
 	for settle := time.Now().Add(30 * time.Second); time.Now().Before(settle); {
 		time.Sleep(2 * time.Second)
 		now := commits()
@@ -272,7 +274,7 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 		}
 	}
 	const window = 10 * time.Second
-	before, _ = flushed()
+	before = commits()
 	time.Sleep(window)
 	after, own := flushed()
 	// Less this test's own statements in the window: the first reading's
