@@ -273,17 +273,29 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 			break
 		}
 	}
+	// The idle cost over a 10s window, both ends flushed, so every commit
+	// is counted where it happened (the reconnect after the first flush
+	// included). A loaded machine (CI runs packages side by side) can put
+	// transient wake-ups in a window: the best of three back-to-back
+	// windows is judged. The defect this guards against, a claim per
+	// stream per poll, costs hundreds of commits/s in every window.
 	const window = 10 * time.Second
-	before = commits()
-	time.Sleep(window)
-	after, own := flushed()
-	// Less this test's own statements in the window: the first reading's
-	// count, the second's terminate, and what the second ran after it.
-	perSecond := float64(after-before-2-own) / window.Seconds()
-	t.Logf("%d idle streams: %.1f commits/s (%d commits in %s, less %d of this test's own)", streams, perSecond, after-before, window, 2+own)
-	if perSecond >= 5 {
-		t.Fatalf("%d idle streams cost %.1f commits/s", streams, perSecond)
+	var rates []float64
+	for range 3 {
+		before, _ := flushed()
+		time.Sleep(window)
+		after, own := flushed()
+		// Less this test's own statements in the window: the first
+		// reading's count, the second's terminate, and what the second
+		// ran after it.
+		perSecond := float64(after-before-2-own) / window.Seconds()
+		t.Logf("%d idle streams: %.1f commits/s (%d commits in %s, less %d of this test's own)", streams, perSecond, after-before, window, 2+own)
+		rates = append(rates, perSecond)
+		if perSecond < 5 {
+			return
+		}
 	}
+	t.Fatalf("%d idle streams cost %v commits/s in three windows of %s", streams, rates, window)
 }
 
 // A claim in flight when the coordinator starts draining finishes, but its
