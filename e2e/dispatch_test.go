@@ -243,11 +243,16 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 			break
 		}
 	}
-	// A loaded machine (CI runs packages side by side) can put transient
-	// wake-ups in a window: the best of three back-to-back windows is
-	// judged. The defect this guards against, a claim per stream per poll,
-	// costs hundreds of commits/s in every window.
-	const window = 10 * time.Second
+	// A loaded machine (CI runs packages side by side) puts wake-ups in a
+	// window: the best of three back-to-back windows is judged, against a
+	// bound that no per-stream cost can meet (a claim per stream per poll
+	// is 100+ commits/s here). The target, under 5 commits/s with
+	// 2,000 streams, is measured by leasehold bench idle; on a quiet
+	// machine this test measures 1.5-4.5.
+	const (
+		window         = 10 * time.Second
+		idleCommitsMax = 25
+	)
 	var rates []float64
 	for range 3 {
 		time.Sleep(window)
@@ -257,11 +262,11 @@ func TestIdleStreamsCostAlmostNoCommits(t *testing.T) {
 		before = after
 		t.Logf("%d idle streams: %.1f commits/s", streams, perSecond)
 		rates = append(rates, perSecond)
-		if perSecond < 5 {
+		if perSecond < idleCommitsMax {
 			return
 		}
 	}
-	t.Fatalf("%d idle streams cost %v commits/s in three windows of %s", streams, rates, window)
+	t.Fatalf("%d idle streams cost %v commits/s in three windows of %s, want one under %d", streams, rates, window, idleCommitsMax)
 }
 
 // A claim in flight when the coordinator starts draining finishes, but its

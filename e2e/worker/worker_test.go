@@ -60,10 +60,14 @@ func TestWorkerCompletesJobsAndLinksTheProducersTrace(t *testing.T) {
 		t.Fatalf("Complete sent %d times, want 1", n)
 	}
 
+	// The handler span ends once the worker has its Complete answered,
+	// which can be after the job reads SUCCEEDED here: wait for it.
 	var handlerSpan sdktrace.ReadOnlySpan
-	for _, s := range spans.Ended() {
-		if s.Name() == "leasehold.job welcome" {
-			handlerSpan = s
+	for deadline := time.Now().Add(5 * time.Second); handlerSpan == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, s := range spans.Ended() {
+			if s.Name() == "leasehold.job welcome" {
+				handlerSpan = s
+			}
 		}
 	}
 	if handlerSpan == nil {
