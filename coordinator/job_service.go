@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
+	"github.com/leasehold/leasehold/coordinator/dispatch"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
@@ -64,15 +65,30 @@ func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.Batch
 
 // createJobs creates in one transaction and wakes local dispatch for the
 // queues that got new jobs (other coordinators learn it from the store's
-// notifier or their next poll).
+// notifier or their next poll). When the store can, jobs due now go
+// straight to this coordinator's waiting workers: they are leased in the
+// create's own transaction (store.HandoffCreator) and pushed after its
+// commit, and a queue whose new jobs were all leased needs no wake-up.
 func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest) ([]store.CreateResult, error) {
 	tenant := tenantFrom(ctx)
-	res, err := c.store.CreateJobs(ctx, store.CreateJobsParams{
-		Tenant: tenant, Requests: crs, IdempotencyWindow: c.cfg.IdempotencyWindow, Now: c.now(),
-	})
+	p := store.CreateJobsParams{Tenant: tenant, Requests: crs, IdempotencyWindow: c.cfg.IdempotencyWindow, Now: c.now()}
+	var (
+		res     []store.CreateResult
+		err     error
+		handed  map[string]int
+		hc, can = c.store.(store.HandoffCreator)
+	)
+	if r := c.reserveFor(tenant, crs, can); r != nil {
+		var leased []store.ClaimedJob
+		res, leased, err = hc.CreateJobsHandoff(ctx, p, r.Claims())
+		handed = r.Finish(ctx, leased)
+	} else {
+		res, err = c.store.CreateJobs(ctx, p)
+	}
 	if err != nil {
 		return nil, err
 	}
+	fresh := map[string]int{}
 	for _, r := range res {
 		if r.Replayed {
 			c.activity.replayed.Add(1)
@@ -80,9 +96,33 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 		}
 		c.activity.created.Add(1)
 		c.metrics.jobCreated(ctx, tenant, r.Job.Queue, 1)
-		c.dispatcher.Wake(tenant, r.Job.Queue)
+		fresh[r.Job.Queue]++
+	}
+	for q, n := range fresh {
+		if handed[q] < n {
+			c.dispatcher.Wake(tenant, q)
+		}
 	}
 	return res, nil
+}
+
+// reserveFor reserves waiting workers for the requests due now, when the
+// store can lease in the create's transaction.
+func (c *Coordinator) reserveFor(tenant string, crs []store.CreateRequest, can bool) *dispatch.Reservation {
+	if !can {
+		return nil
+	}
+	now := c.now()
+	if now.IsZero() {
+		now = time.Now()
+	}
+	want := map[string]int{}
+	for _, r := range crs {
+		if r.Spec.RunAfter <= 0 && !r.Spec.RunAt.After(now) {
+			want[r.Spec.Queue]++
+		}
+	}
+	return c.dispatcher.Reserve(tenant, want)
 }
 
 func (s *jobService) GetJob(ctx context.Context, req *leaseholdv1.GetJobRequest) (*leaseholdv1.GetJobResponse, error) {

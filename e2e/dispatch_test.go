@@ -342,3 +342,47 @@ func TestNoLeaseIsPushedOnADrainingStream(t *testing.T) {
 			job.State, job.Attempts, job.LeaseGeneration)
 	}
 }
+
+// A job created while a stream waits with credits is leased in the
+// create's own transaction and pushed after its commit (fast start): its
+// lease began when its creation did (both are the transaction's start).
+// The stream's credit lands asynchronously, so the first create may find
+// no waiter yet; and a create that meets a round's claim in flight (a
+// poll, or the echo of this coordinator's own notification of a job that
+// took the round's path) takes the round's path too. So polls are a
+// production's (1s, not the test server's 50ms), the creates come at a
+// producer's pace, 20ms apart, and of ten at least eight must take the
+// handoff; every job reaches the stream exactly once either way.
+func TestACreateHandsItsJobToAWaitingStream(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t, testserver.Options{Postgres: true, Configure: func(cfg *coordinator.Config) {
+		cfg.PollInterval = coordinator.PollIntervalDefault
+	}})
+	c := newClients(srv.Dial(t))
+	ctx := ctxT(t)
+	st := connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: "fast", Queues: []string{"fast"}, Capacity: 10})
+	st.credit(10)
+	handed := 0
+	for i := range 10 {
+		time.Sleep(20 * time.Millisecond)
+		created, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("fast", fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := created.GetJob().GetId()
+		lease := st.next(func(m *leaseholdv1.ConnectResponse) bool { return m.GetLease() != nil }).GetLease()
+		if got := lease.GetJob().GetId(); got != id {
+			t.Fatalf("create %d: lease of %s, want the job just created (%s)", i, got, id)
+		}
+		job, err := srv.Store.GetJob(ctx, coordinator.TenantDefault, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.LeasedAt.Equal(job.CreatedAt) {
+			handed++
+		}
+	}
+	if handed < 8 {
+		t.Fatalf("%d of 10 jobs were leased in their create's transaction, want at least 8", handed)
+	}
+}

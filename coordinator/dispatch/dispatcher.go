@@ -99,6 +99,7 @@ type Waiter struct {
 	// Guarded by Dispatcher.mu.
 	credits  int
 	claiming bool
+	woken    bool // a wake-up came while claiming: see afterClaim
 	removed  bool
 	group    string // tenant and sorted queues: waiters claimed together
 }
@@ -406,10 +407,14 @@ func (d *Dispatcher) takeRound() []*group {
 	d.pendingWaiters = make(map[*Waiter]struct{})
 	var picked []*Waiter
 	for w := range d.waiters {
-		if w.claiming || w.credits <= 0 {
+		if w.credits <= 0 {
 			continue
 		}
 		if _, named := ws[w]; all || named || matches(w, queues) {
+			if w.claiming { // reserved for a create (Reserve)
+				w.woken = true
+				continue
+			}
 			if w.Backlogged != nil && w.Backlogged() {
 				continue // Ready brings it back
 			}
@@ -551,6 +556,16 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 		d.cfg.Leased(jobs)
 	}
 	return delivered
+}
+
+// afterClaim wakes the next round for w when a wake-up came while it was
+// reserved for a create, which no round could serve then. d.mu held.
+func (d *Dispatcher) afterClaim(w *Waiter) {
+	if w.woken && !w.removed && w.credits > 0 {
+		d.pendingWaiters[w] = struct{}{}
+		d.signal()
+	}
+	w.woken = false
 }
 
 // release gives back leases that could not be delivered, in one batch. It

@@ -23,6 +23,15 @@
 // credit. A round that found nothing does not wait, so a job created while
 // workers wait is claimed at once.
 //
+// # Fast start
+//
+// A create need not wait for a round: Reserve sets aside waiters with
+// free credits for the queues a create is about to fill (marked claiming,
+// so no round claims for them meanwhile), the store leases the new jobs
+// to them in the create's own transaction (store.HandoffCreator), and
+// Reservation.Finish delivers the leases as a round would. A wake-up that
+// came while a waiter was reserved is served by a round after Finish.
+//
 // Idle costs a constant amount of store work: with no ready jobs, a poll
 // is one claim per group, however many waiters.
 //

@@ -59,12 +59,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	if err != nil {
 		return nil, s.readError(ctx, "claim", err)
 	}
-	slots := store.ClaimSlots(p.Waiters)
-	owners := make([]string, len(slots))
-	leases := make([]int64, len(slots))
-	for i, w := range slots {
-		owners[i], leases[i] = p.Waiters[w].Worker, int64(p.Waiters[w].LeaseDuration)
-	}
+	owners, leases := claimSlotArgs(p)
 	limited := false
 	for _, pol := range policies {
 		limited = limited || pol.Limited()
@@ -119,6 +114,17 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 		return nil, s.readError(ctx, "claim", err)
 	}
 	return out, nil
+}
+
+// claimSlotArgs are qClaimMany's owner and lease of each slot
+// (store.ClaimSlots).
+func claimSlotArgs(p store.ClaimManyParams) (owners []string, leases []int64) {
+	slots := store.ClaimSlots(p.Waiters)
+	owners, leases = make([]string, len(slots)), make([]int64, len(slots))
+	for i, w := range slots {
+		owners[i], leases[i] = p.Waiters[w].Worker, int64(p.Waiters[w].LeaseDuration)
+	}
+	return owners, leases
 }
 
 // limitState is what a claim counted, under the advisory locks, of the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -24,12 +25,14 @@ const jobsPrimaryKey = "jobs_pkey"
 // idempotency conflict) that leaves the other calls of the batch alone.
 type (
 	createCall struct {
-		p      store.CreateJobsParams
-		window time.Duration
+		p       store.CreateJobsParams
+		window  time.Duration
+		handoff []store.ClaimManyParams
 	}
 	createAnswer struct {
 		results []store.CreateResult
 		err     error
+		leased  []*jobRecord // by the call's handoff claims
 	}
 )
 
@@ -45,17 +48,43 @@ type (
 // Two requests with the same key in one batch behave the same way, the
 // second replaying the first.
 func (s *Store) CreateJobs(ctx context.Context, p store.CreateJobsParams) ([]store.CreateResult, error) {
-	if err := store.ValidateCreate(p); err != nil {
-		return nil, err
+	res, _, err := s.create(ctx, p, nil)
+	return res, err
+}
+
+// CreateJobsHandoff implements store.HandoffCreator: the claims run in the
+// create committer's transaction after every call's inserts (handoff).
+func (s *Store) CreateJobsHandoff(ctx context.Context, p store.CreateJobsParams, claims []store.ClaimManyParams) ([]store.CreateResult, []store.ClaimedJob, error) {
+	if err := store.ValidateHandoff(p.Tenant, claims); err != nil {
+		return nil, nil, err
 	}
-	res, err := s.creates.Do(ctx, createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault)})
+	return s.create(ctx, p, claims)
+}
+
+func (s *Store) create(ctx context.Context, p store.CreateJobsParams, claims []store.ClaimManyParams) ([]store.CreateResult, []store.ClaimedJob, error) {
+	if err := store.ValidateCreate(p); err != nil {
+		return nil, nil, err
+	}
+	res, err := s.creates.Do(ctx, createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault), handoff: claims})
 	if errors.Is(err, groupcommit.ErrClosed) {
-		return nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
+		return nil, nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return res[0].results, res[0].err
+	a := res[0]
+	if a.err != nil || len(a.leased) == 0 {
+		return a.results, nil, a.err
+	}
+	leased, err := s.claimedJobs(ctx, p.Tenant, a.leased)
+	if err != nil {
+		// The creates and the leases committed; without the later
+		// attempts' checkpoints the leases cannot be handed out, so they
+		// are left to expire (as ClaimMany does).
+		s.logger.WarnContext(ctx, "handoff leases could not be read; they will expire", slog.Any("error", err))
+		return a.results, nil, nil
+	}
+	return a.results, leased, nil
 }
 
 // createBatch is the create committer's flush: every call in one
@@ -100,6 +129,7 @@ func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall)
 		return nil, err
 	}
 	out := make([]createAnswer, len(calls))
+	h := newHandoff(calls, policies)
 	// Calls whose request ids another call of the batch also uses go in a
 	// later pass of the same transaction, so that they find the earlier
 	// call's record like any committed one.
@@ -129,10 +159,13 @@ func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall)
 			}
 			this = append(this, i)
 		}
-		if err := s.createPass(ctx, tx, calls, this, dbNow, policies, out); err != nil {
+		if err := s.createPass(ctx, tx, calls, this, dbNow, policies, h, out); err != nil {
 			return nil, err
 		}
 		pending = later
+	}
+	if err := s.runHandoff(ctx, tx, calls, policies, h, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -141,7 +174,7 @@ func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall)
 // not clash with each other's) in the open transaction, and fills their
 // answers.
 func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, idx []int, dbNow time.Time,
-	policies map[store.QueueRef]store.QueuePolicy, out []createAnswer) error {
+	policies map[store.QueueRef]store.QueuePolicy, h *handoff, out []createAnswer) error {
 	var all []*pendingCreate
 	replayOf := map[*pendingCreate]*pendingCreate{} // within one call, a repeated key
 	for _, ci := range idx {
@@ -238,7 +271,7 @@ func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, 
 	if len(inserts) == 0 {
 		return nil
 	}
-	return s.insertJobs(ctx, tx, inserts)
+	return s.insertJobs(ctx, tx, inserts, h)
 }
 
 // takeKeys takes the request ids of keyed for their new jobs, in one
@@ -362,8 +395,9 @@ func (s *Store) releaseKeys(ctx context.Context, tx *lazyTx, calls []createCall,
 }
 
 // insertJobs inserts the jobs and their QUEUED events set-based, and
-// queues one notification per queue, in one round trip.
-func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCreate) error {
+// queues one notification per queue (but for the queues a handoff claims
+// from, which notify after their claims), in one round trip.
+func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCreate, h *handoff) error {
 	n := len(inserts)
 	var (
 		tenants, ids, queues, kinds, metas, deps, data = make([]string, n), make([]string, n), make([]string, n),
@@ -391,7 +425,12 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCr
 	b.Queue(qInsertQueuedEvents, tenants, ids, nowArgs(created), data)
 	var wake []store.QueueRef
 	for _, pc := range inserts {
-		if q := (store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.job.Queue}); !notified[q] {
+		q := store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.job.Queue}
+		if h.defers(q) {
+			h.fresh[q] = append(h.fresh[q], pc.job.ID)
+			continue
+		}
+		if !notified[q] {
 			notified[q] = true
 			wake = append(wake, q)
 			b.Queue(qNotify, s.channel, encodeNotification(q.Tenant, q.Queue))

@@ -7,10 +7,15 @@ package postgres
 // database clock".
 
 const (
-	qNow           = `SELECT now()`
-	qNowOr         = `SELECT coalesce($1::timestamptz, now())`
-	qNotify        = `SELECT pg_notify($1, $2)`
-	qCurrentSchema = `SELECT coalesce(current_schema(), '')`
+	qNow    = `SELECT now()`
+	qNowOr  = `SELECT coalesce($1::timestamptz, now())`
+	qNotify = `SELECT pg_notify($1, $2)`
+	// qNotifyIfQueued notifies only when one of the jobs $4 is still
+	// QUEUED (a create's handoff claim did not lease them all).
+	qNotifyIfQueued    = `SELECT pg_notify($1, $2) FROM jobs WHERE tenant = $3 AND id = ANY($4::text[]) AND state = 'queued' LIMIT 1`
+	qSavepointHandoff  = `SAVEPOINT handoff`
+	qRollbackToHandoff = `ROLLBACK TO SAVEPOINT handoff`
+	qCurrentSchema     = `SELECT coalesce(current_schema(), '')`
 
 	// jobColumns is the column list scanJob reads.
 	jobColumns = `tenant, id, queue, kind, payload, metadata::text, priority, state,

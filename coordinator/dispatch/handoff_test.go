@@ -1,0 +1,189 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// claimAsTheCreateWould runs a reservation's claims on st, as the create's
+// transaction does (store.HandoffCreator), and returns their leases.
+func claimAsTheCreateWould(t *testing.T, st store.Store, r *Reservation) []store.ClaimedJob {
+	t.Helper()
+	var out []store.ClaimedJob
+	for _, c := range r.Claims() {
+		got, err := st.ClaimMany(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got...)
+	}
+	return out
+}
+
+// TestReserveSetsAsideOnlyWaitersARoundWouldClaimFor: a reservation asks
+// at most what the create needs, of waiters on the create's queue that
+// have room, are not backlogged, not answered by their first round and
+// not already claiming; while reserved, no round claims for them, and
+// Finish delivers each its own leases and takes their credits.
+func TestReserveSetsAsideOnlyWaitersARoundWouldClaimFor(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	d := New(Config{Store: st})
+	a, b, skipped := newCollector(), newCollector(), newCollector()
+	wa := &Waiter{Tenant: tenant, Worker: "a", Queues: []string{"q", "other"}, Deliver: a.deliver}
+	wb := &Waiter{Tenant: tenant, Worker: "b", Queues: []string{"q"}, Deliver: b.deliver}
+	d.Add(wa, 5)
+	d.Add(wb, 1)
+	d.Add(&Waiter{Tenant: tenant, Worker: "elsewhere", Queues: []string{"other"}, Deliver: skipped.deliver}, 5)
+	d.Add(&Waiter{Tenant: "another", Worker: "tenant", Queues: []string{"q"}, Deliver: skipped.deliver}, 5)
+	d.Add(&Waiter{Tenant: tenant, Worker: "backlogged", Queues: []string{"q"}, Deliver: skipped.deliver,
+		Backlogged: func() bool { return true }}, 5)
+	d.Add(&Waiter{Tenant: tenant, Worker: "now", Queues: []string{"q"}, OneShot: true, Immediate: true, Deliver: skipped.deliver}, 5)
+	d.Add(&Waiter{Tenant: tenant, Worker: "full", Queues: []string{"q"}, Capacity: 1, Held: func() int { return 1 }, Deliver: skipped.deliver}, 1)
+	d.runOnce(context.Background()) // the new waiters' first round: the queue is empty
+	if len(d.Waiters()) != 6 {
+		t.Fatalf("%d waiters after the first round, want 6 (the immediate one answered)", len(d.Waiters()))
+	}
+
+	r := d.Reserve(tenant, map[string]int{"q": 10})
+	if r == nil {
+		t.Fatal("no reservation with two waiters free")
+	}
+	asked := map[string]int{}
+	for _, c := range r.Claims() {
+		if c.Tenant != tenant || len(c.Queues) != 1 || c.Queues[0] != "q" {
+			t.Fatalf("claim %+v, want tenant %q queue q", c, tenant)
+		}
+		for _, w := range c.Waiters {
+			asked[w.Worker] += w.Max
+		}
+	}
+	if len(asked) != 2 || asked["a"] != 5 || asked["b"] != 1 {
+		t.Fatalf("asked %v; want a 5 and b 1 (their credits: fewer than the 10 jobs)", asked)
+	}
+	if again := d.Reserve(tenant, map[string]int{"q": 3}); again != nil {
+		t.Fatalf("reserved waiters were reserved again: %+v", again.Claims())
+	}
+
+	create(t, st, 6)
+	d.WakeAll()
+	if n := d.runOnce(context.Background()); n != 0 {
+		t.Fatalf("a round delivered %d leases to reserved waiters", n)
+	}
+	delivered := r.Finish(context.Background(), claimAsTheCreateWould(t, st, r))
+	if delivered["q"] != 6 || a.count() != 5 || b.count() != 1 || skipped.count() != 0 {
+		t.Fatalf("delivered %v: a %d, b %d, others %d; want 6: a 5, b 1, others 0",
+			delivered, a.count(), b.count(), skipped.count())
+	}
+	for _, j := range append(a.jobs, b.jobs...) {
+		if j.Token.Generation != 1 {
+			t.Fatalf("token %+v", j.Token)
+		}
+	}
+	if d.Credits(wa) != 0 || d.Credits(wb) != 0 {
+		t.Fatalf("credits a %d, b %d after the handoff", d.Credits(wa), d.Credits(wb))
+	}
+}
+
+// TestAWakeUpDuringAReservationIsServedAfterIt: a wake-up that came while
+// the waiter was reserved (a job another coordinator created, say) is
+// not lost: Finish queues the round that could not run for it.
+func TestAWakeUpDuringAReservationIsServedAfterIt(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	d := New(Config{Store: st})
+	col := newCollector()
+	w := &Waiter{Tenant: tenant, Worker: "w", Queues: []string{"q"}, Deliver: col.deliver}
+	d.Add(w, 5)
+	d.runOnce(context.Background())
+	r := d.Reserve(tenant, map[string]int{"q": 1})
+	if r == nil {
+		t.Fatal("no reservation")
+	}
+	create(t, st, 2) // one for the create's claim, one woken for meanwhile
+	d.Wake(tenant, "q")
+	if n := d.runOnce(context.Background()); n != 0 {
+		t.Fatalf("a round delivered %d to a reserved waiter", n)
+	}
+	r.Finish(context.Background(), claimAsTheCreateWould(t, st, r))
+	if col.count() != 1 {
+		t.Fatalf("the handoff delivered %d, want 1", col.count())
+	}
+	if n := d.runOnce(context.Background()); n != 1 || col.count() != 2 {
+		t.Fatalf("the round after the handoff delivered %d (total %d), want 1 (2)", n, col.count())
+	}
+}
+
+// TestHandoffLeasesAWaiterCannotTakeAreReleased: a waiter that went away
+// while reserved refuses the leases; Finish releases them without
+// spending the attempt, and the waiter's credits are untouched.
+func TestHandoffLeasesAWaiterCannotTakeAreReleased(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	d := New(Config{Store: st})
+	col := newCollector()
+	col.refuse = true
+	w := &Waiter{Tenant: tenant, Worker: "gone", Queues: []string{"q"}, Deliver: col.deliver}
+	d.Add(w, 2)
+	d.runOnce(context.Background())
+	r := d.Reserve(tenant, map[string]int{"q": 2})
+	create(t, st, 2)
+	if got := r.Finish(context.Background(), claimAsTheCreateWould(t, st, r)); got["q"] != 0 {
+		t.Fatalf("delivered %v to a refusing waiter", got)
+	}
+	page, err := st.ListJobs(context.Background(), store.ListJobsParams{Tenant: tenant, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range page.Jobs {
+		if j.State != store.JobStateQueued || j.Attempts != 0 {
+			t.Fatalf("job %s after a refused handoff: %s, %d attempts; want queued, 0", j.ID, j.State, j.Attempts)
+		}
+	}
+	if d.Credits(w) != 2 {
+		t.Fatalf("credits %d, want 2", d.Credits(w))
+	}
+}
+
+// TestNoReservationOnceQuiesced: a draining coordinator hands nothing out.
+func TestNoReservationOnceQuiesced(t *testing.T) {
+	t.Parallel()
+	d := New(Config{Store: setup(t, 0)})
+	d.Add(&Waiter{Tenant: tenant, Worker: "w", Queues: []string{"q"}, Deliver: newCollector().deliver}, 5)
+	d.Quiesce()
+	if r := d.Reserve(tenant, map[string]int{"q": 1}); r != nil {
+		t.Fatalf("reserved after Quiesce: %+v", r.Claims())
+	}
+}
+
+// TestReservedSharesFollowTheWaitersRoom: fewer jobs than the waiters
+// could take are shared in proportion to what each could take, and never
+// more than that.
+func TestReservedSharesFollowTheWaitersRoom(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n    int
+		asks []int
+		want []int
+	}{
+		{1, []int{5, 1}, []int{1, 0}},
+		{3, []int{5, 1}, []int{3, 0}},
+		{6, []int{5, 1}, []int{5, 1}},
+		{5, []int{1, 1, 1, 10}, []int{1, 1, 0, 3}},
+		{50, []int{40, 10}, []int{40, 10}},
+		{5, []int{40, 10}, []int{4, 1}},
+		{0, []int{3}, []int{0}},
+	} {
+		total := 0
+		for _, a := range c.asks {
+			total += a
+		}
+		got := proportional(c.n, c.asks, total)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("proportional(%d, %v) = %v, want %v", c.n, c.asks, got, c.want)
+		}
+	}
+}
