@@ -386,3 +386,52 @@ func TestACreateHandsItsJobToAWaitingStream(t *testing.T) {
 		t.Fatalf("%d of 10 jobs were leased in their create's transaction, want at least 8", handed)
 	}
 }
+
+// With polling out of the way (1h), every job of concurrent creates
+// reaches one of two waiting streams, by a handoff or by a round: no
+// create, reservation or notification loses a wake-up.
+func TestConcurrentCreatesLoseNoWakeUpWithoutPolling(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t, testserver.Options{Postgres: true, Configure: func(cfg *coordinator.Config) {
+		cfg.PollInterval, cfg.PollMaxInterval = time.Hour, time.Hour
+	}})
+	c := newClients(srv.Dial(t))
+	ctx := ctxT(t)
+	const producers, each = 6, 25
+	streams := []*stream{
+		connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: "s1", Queues: []string{"nopoll"}, Capacity: producers * each}),
+		connect(t, ctx, c, &leaseholdv1.Hello{WorkerId: "s2", Queues: []string{"nopoll"}, Capacity: producers * each}),
+	}
+	for _, st := range streams {
+		st.credit(producers * each)
+	}
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec("nopoll", fmt.Sprint(p, "-", i))}); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Duration(i%3) * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < producers*each {
+		select {
+		case m := <-streams[0].msgs:
+			if l := m.GetLease(); l != nil {
+				seen[l.GetJob().GetId()] = true
+			}
+		case m := <-streams[1].msgs:
+			if l := m.GetLease(); l != nil {
+				seen[l.GetJob().GetId()] = true
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d jobs reached a stream within 20s with no polling: a wake-up was lost", len(seen), producers*each)
+		}
+	}
+}
