@@ -1,173 +1,20 @@
 package pgtest
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
-	"io"
-	"net"
-	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/txcount"
 )
 
-// TxCounter is a TCP proxy in front of PostgreSQL that counts the
-// transactions its clients end. Point a system under test at URL, and
-// Transactions says how many transactions it asked PostgreSQL for: each
-// ReadyForQuery the server sends with the status "idle" ('I') ends one —
-// an autocommit statement, a COMMIT, a pipeline's Sync, a prepare, an
-// empty ping, and the startup of a connection alike (a transaction that
-// failed counts too: this is an upper bound on commits).
-//
-// Why not pg_stat_database.xact_commit: it also counts the transactions
-// PostgreSQL runs by itself in a client's idle backend, for reasons the
-// client has no part in. Each idle backend commits an empty transaction to
-// catch up with the shared invalidation queue whenever other sessions of
-// the cluster (in any database) have queued half of it with catalog
-// changes, and a LISTEN backend commits one to read the notification
-// queue whenever other databases' NOTIFY traffic has left it a few pages
-// behind. On a server shared with other tests that create and drop
-// schemas and databases, that is tens of commits a second per backend,
-// counted when the backend next reports its statistics; none of it sends
-// a ReadyForQuery.
-type TxCounter struct {
-	// URL is the database URL with its host and port replaced by the
-	// proxy's (and sslmode=disable: the proxy reads the server's messages).
-	URL string
-
-	target string
-	ln     net.Listener
-	n      atomic.Int64
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex // guards conns and closed
-	conns  map[net.Conn]struct{}
-	closed bool
-}
-
-// StartTxCounter starts a proxy to the server of databaseURL and stops it
-// when the test ends.
-func StartTxCounter(t testing.TB, databaseURL string) *TxCounter {
+// StartTxCounter starts a txcount.Proxy to the server of databaseURL
+// (see there for why a test counts commits on the wire rather than with
+// pg_stat_database) and stops it when the test ends.
+func StartTxCounter(t testing.TB, databaseURL string) *txcount.Proxy {
 	t.Helper()
-	u, err := url.Parse(databaseURL)
+	p, err := txcount.Start(databaseURL)
 	if err != nil {
-		t.Fatalf("pgtest: parse %s: %v", redact(databaseURL), err)
+		t.Fatalf("pgtest: start a transaction counter in front of %s: %v", redact(databaseURL), err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pgtest: listen: %v", err)
-	}
-	c := &TxCounter{target: u.Host, ln: ln, conns: make(map[net.Conn]struct{})}
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	u.Host = ln.Addr().String()
-	c.URL = u.String()
-	c.wg.Go(c.accept)
-	t.Cleanup(c.close)
-	return c
-}
-
-// Transactions returns how many transactions the proxied clients ended so
-// far.
-func (c *TxCounter) Transactions() int64 { return c.n.Load() }
-
-func (c *TxCounter) accept() {
-	for {
-		client, err := c.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		server, err := net.Dial("tcp", c.target)
-		if err != nil {
-			_ = client.Close() // the client sees the refusal as a closed connection
-			continue
-		}
-		if !c.track(client, server) {
-			return
-		}
-		c.wg.Go(func() {
-			_, _ = io.Copy(server, client) // ends when either side closes
-			_ = server.Close()
-		})
-		c.wg.Go(func() {
-			_ = c.relay(client, server)
-			_ = client.Close()
-			c.untrack(client, server)
-		})
-	}
-}
-
-// relay copies the server's messages to the client, counting the
-// ReadyForQuery messages with the idle status. Every server message is a
-// type byte and a length that counts itself (there is no SSL or GSS
-// response to expect: the URL says sslmode=disable).
-func (c *TxCounter) relay(client, server net.Conn) error {
-	r := bufio.NewReader(server)
-	var head [5]byte
-	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			return err
-		}
-		n := int64(binary.BigEndian.Uint32(head[1:])) - 4
-		if n < 0 {
-			return errors.New("pgtest: malformed server message")
-		}
-		if _, err := client.Write(head[:]); err != nil {
-			return err
-		}
-		if head[0] == 'Z' && n == 1 {
-			status, err := r.ReadByte()
-			if err != nil {
-				return err
-			}
-			if status == 'I' {
-				c.n.Add(1)
-			}
-			if _, err := client.Write([]byte{status}); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := io.CopyN(client, r, n); err != nil {
-			return err
-		}
-	}
-}
-
-func (c *TxCounter) track(conns ...net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		for _, conn := range conns {
-			_ = conn.Close()
-		}
-		return false
-	}
-	for _, conn := range conns {
-		c.conns[conn] = struct{}{}
-	}
-	return true
-}
-
-func (c *TxCounter) untrack(conns ...net.Conn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, conn := range conns {
-		delete(c.conns, conn)
-	}
-}
-
-// close stops accepting, closes every proxied connection and waits for
-// the copying goroutines.
-func (c *TxCounter) close() {
-	_ = c.ln.Close()
-	c.mu.Lock()
-	c.closed = true
-	for conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
+	t.Cleanup(p.Close)
+	return p
 }
