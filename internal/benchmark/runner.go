@@ -15,6 +15,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/internal/txcount"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -45,6 +46,9 @@ type runner struct {
 	schema  *measure.Schema
 	appName string // application_name of the coordinator's connections
 	monitor *measure.Monitor
+	// wire counts the transactions the coordinator ends (idle mode on
+	// PostgreSQL): its connections go through it.
+	wire    *txcount.Proxy
 	coord   *coordinatorProcess
 	conn    *grpc.ClientConn
 	client  *worker.Client
@@ -111,6 +115,15 @@ func (r *runner) setUp(ctx context.Context) error {
 		u, err := measure.WithParams(r.schema.URL, "application_name", r.appName)
 		if err != nil {
 			return err
+		}
+		if r.flags.opts.Mode == modeIdle {
+			// pg_stat_database also counts what PostgreSQL does by itself
+			// in the coordinator's idle backends (see txcount): the
+			// figure judged is counted on the wire.
+			if r.wire, err = txcount.Start(u); err != nil {
+				return err
+			}
+			u = r.wire.URL
 		}
 		storeArgs = []string{"--database-url", u}
 		if r.monitor, err = measure.OpenMonitor(ctx, r.schema.URL); err != nil {
@@ -478,6 +491,9 @@ func (r *runner) cleanup(ctx context.Context, failed bool) error {
 	}
 	if r.coord != nil {
 		r.coord.kill()
+	}
+	if r.wire != nil {
+		r.wire.Close()
 	}
 	if r.conn != nil {
 		_ = r.conn.Close()
