@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -195,7 +194,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 	// At most MaxConnections at once on this listener; the rest wait in
 	// the accept queue (a handshake that never completes is closed after
 	// ConnectionTimeout, freeing its slot).
-	err := c.grpc.Serve(netutil.LimitListener(lis, c.cfg.MaxConnections))
+	err := c.grpc.Serve(newLimitListener(lis, c.cfg.MaxConnections))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

@@ -50,7 +50,7 @@
 // Config field with its reason beside its default (config.go):
 //
 //   - connections: a handshake timeout and a cap per listener
-//     (netutil.LimitListener), an optional MaxConnectionAge so clients
+//     (limitListener), an optional MaxConnectionAge so clients
 //     rebalance;
 //   - messages: the receive limit (payload limit plus headroom) and an
 //     explicit send limit; list pages have a byte budget and a BASIC view
