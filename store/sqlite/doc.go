@@ -19,6 +19,12 @@
 //     transaction always sees the latest committed state: the "read, check,
 //     update" steps of a compare-and-set cannot interleave with another
 //     writer, even a second Store (or process) on the same file.
+//   - A claim and a batch of reports each run a few multi-row statements,
+//     not a few per job: the rows go in as a VALUES list of bound
+//     parameters (SQLite has no arrays to unnest), padded to a power of
+//     two so that each size is prepared once, and every row carries its
+//     own tenant and lease fence. Running a statement costs far more than
+//     a row in it.
 //   - SQLITE_BUSY can still come from another connection or process holding
 //     the file. busy_timeout waits for it, the transaction is retried a few
 //     times, and a lock that persists (or an I/O error) is reported as

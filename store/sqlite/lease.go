@@ -180,38 +180,63 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 				all = append(all, more...)
 			}
 		}
+		// Each job is leased to the waiter of its slot, a chunk of jobs
+		// per statement; the jobs come back in no particular order.
+		expires := make([]time.Time, len(all))
+		args := make([]any, 0, len(all)*qLeaseJobs.width)
 		for k, c := range all {
 			w := p.Waiters[slots[k]]
-			lease := policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration)
-			expires := now.Add(lease)
+			expires[k] = now.Add(policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration))
+			args = append(args, p.Tenant, c.id, w.Worker, micros(now), micros(expires[k]))
+		}
+		type leasedJob struct {
+			job *store.Job
+			seq int64 // of its LEASED event
+		}
+		leased := make(map[string]leasedJob, len(all))
+		err = qLeaseJobs.query(ctx, tx, args, func(rows *sql.Rows) error {
 			var seq int64
-			row, err := scanJob(tx.QueryRowContext(ctx, qLeaseJob, p.Tenant, c.id, w.Worker, micros(now), micros(expires)), &seq)
+			row, err := scanJob(rows, &seq)
 			if err != nil {
-				return fmt.Errorf("lease %q: %w", c.id, err)
+				return err
 			}
-			gen, attempts := row.job.LeaseGeneration, row.job.Attempts
+			leased[row.job.ID] = leasedJob{job: row.job, seq: seq}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("lease %d jobs: %w", len(all), err)
+		}
+		// Impossible for the single writer that read the candidates.
+		if len(leased) != len(all) {
+			return fmt.Errorf("lease %d jobs: %d leased", len(all), len(leased))
+		}
+		events := make([]any, 0, len(all)*qInsertEventsMulti.width)
+		for k, c := range all {
+			l, w := leased[c.id], p.Waiters[slots[k]]
+			gen, attempts := l.job.LeaseGeneration, l.job.Attempts
+			tok := store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker}
 			if i, ok := probeOf[c.id]; ok {
-				tok := store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker}
 				probes[i].Breaker = store.AdmitProbes(probes[i].Breaker, []store.LeaseToken{tok}, now)
 			}
-			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires)
-			if _, err := tx.ExecContext(ctx, qInsertEvent, p.Tenant, c.id, seq, string(store.EventLeased), micros(now), data); err != nil {
-				return fmt.Errorf("append leased event: %w", err)
+			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires[k])
+			events = append(events, p.Tenant, c.id, l.seq, string(store.EventLeased), micros(now), data)
+			claimed = append(claimed, store.ClaimedJob{Job: l.job, Token: tok})
+		}
+		if _, err := qInsertEventsMulti.exec(ctx, tx, events); err != nil {
+			return fmt.Errorf("append leased events: %w", err)
+		}
+		for i := range claimed {
+			if claimed[i].Token.Generation == 1 {
+				continue // a first lease has no checkpoint or ledger yet
 			}
-			var effects []store.Effect
-			if gen > 1 { // a first lease has no checkpoint or ledger yet
-				if row, err = getJobTx(ctx, tx, p.Tenant, c.id); err != nil {
-					return err
-				}
-				if effects, err = listEffectsTx(ctx, tx, p.Tenant, c.id); err != nil {
-					return err
-				}
+			row, err := getJobTx(ctx, tx, p.Tenant, claimed[i].Token.JobID)
+			if err != nil {
+				return err
 			}
-			claimed = append(claimed, store.ClaimedJob{
-				Job:     row.job,
-				Token:   store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker},
-				Effects: effects,
-			})
+			claimed[i].Job = row.job
+			if claimed[i].Effects, err = listEffectsTx(ctx, tx, p.Tenant, claimed[i].Token.JobID); err != nil {
+				return err
+			}
 		}
 		if err := addRateStarts(ctx, tx, p.Tenant, policies, windows, claimed); err != nil {
 			return err
@@ -241,22 +266,6 @@ func (s *Store) ReapExpired(ctx context.Context, p store.ReapParams) (store.Reap
 		return store.ReapResult{}, err
 	}
 	return out, nil
-}
-
-// recordAttempt writes the row of an attempt that ended.
-func recordAttempt(ctx context.Context, tx *writeTx, l store.Leave) error {
-	var code, message sql.NullString
-	var retryable sql.NullBool
-	if e := l.Transition.AttemptError; e != nil {
-		code = sql.NullString{String: e.Code, Valid: true}
-		message = sql.NullString{String: e.Message, Valid: true}
-		retryable = sql.NullBool{Bool: e.Retryable, Valid: true}
-	}
-	if _, err := tx.ExecContext(ctx, qInsertAttempt, l.Tenant, l.Token.JobID, l.Attempt, l.Token.Generation,
-		l.Token.WorkerID, micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable); err != nil {
-		return fmt.Errorf("record attempt: %w", err)
-	}
-	return nil
 }
 
 // leaseArgs are the leaseHeld parameters ?1-?5.

@@ -33,7 +33,10 @@ SELECT j.tenant, j.id, j.queue, j.kind, NULL, j.metadata, j.priority, j.state,
        c.id, c.phase, NULL, c.generation, c.parent_id, c.created_at` + jobSelectFrom
 
 const jobSelectFrom = `
-FROM jobs j
+FROM jobs j` + checkpointJoin
+
+// checkpointJoin joins the job j with its latest checkpoint c.
+const checkpointJoin = `
 LEFT JOIN job_checkpoints c
        ON c.tenant = j.tenant AND c.job_id = j.id
       AND c.seq = (SELECT max(seq) FROM job_checkpoints m WHERE m.tenant = j.tenant AND m.job_id = j.id)
@@ -171,16 +174,10 @@ WHERE tenant = ?1 AND queue = ?2
 ORDER BY priority DESC, available_at, id
 LIMIT ?4`
 
-// qLeaseJob leases one claimed job to ?3 until ?5 (leased at ?4),
-// reserves the sequence of its LEASED event, and returns the job as
-// scanJob reads it (no checkpoint: a first lease has none, and later ones
-// read theirs) followed by that sequence.
-const qLeaseJob = `
-UPDATE jobs
-SET state = 'leased', lease_owner = ?3, lease_generation = lease_generation + 1,
-    attempts = attempts + 1, leased_at = ?4, lease_expires_at = ?5, last_event_seq = last_event_seq + 1
-WHERE tenant = ?1 AND id = ?2 AND state = 'queued'
-RETURNING tenant, id, queue, kind, payload, metadata, priority, state,
+// leasedColumns are the columns qLeaseJobs returns: the job as scanJob
+// reads it (no checkpoint: a first lease has none, and later ones read
+// theirs), then the sequence reserved for its LEASED event.
+const leasedColumns = `tenant, id, queue, kind, payload, metadata, priority, state,
        attempts, max_attempts, lease_owner, lease_generation, lease_expires_at,
        cancel_requested, created_at, available_at, finished_at, retry_deadline,
        last_error_code, last_error_message, last_error_retryable, result,
@@ -197,55 +194,11 @@ LIMIT ?2`
 // qNextExpiry is the earliest expiry among held leases.
 const qNextExpiry = `SELECT min(lease_expires_at) FROM jobs INDEXED BY jobs_leased_idx WHERE state = 'leased'`
 
-// qInsertAttempt records an ended attempt.
-const qInsertAttempt = `
-INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-    outcome, error_code, error_message, error_retryable)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)`
-
 // leaseHeld is the lease compare-and-set predicate shared by every
 // lease-bound statement: ?1 tenant, ?2 job, ?3 worker, ?4 generation, ?5 now.
 const leaseHeld = `
 WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
   AND lease_owner = ?3 AND lease_generation = ?4 AND lease_expires_at > ?5`
-
-// qHeldJob reads the whole job only while the token's lease is current
-// (?1-?5 as leaseHeld), with the columns a report's decision needs.
-const qHeldJob = jobSelectColumns + `, j.cancel_reason, j.last_event_seq` + jobSelectFrom + `
-WHERE j.tenant = ?1 AND j.id = ?2 AND j.state = 'leased'
-  AND j.lease_owner = ?3 AND j.lease_generation = ?4 AND j.lease_expires_at > ?5`
-
-// qLeaveLease applies a decided transition (store.Transition) to the job
-// the token holds: ?6 state, ?7 available_at (NULL: unchanged), ?8
-// finished_at, ?9 1 to give the attempt back, ?10 result (stored when
-// succeeded), ?11 whether ?12-?14 become the last error, ?15 how many event
-// sequences the caller appends.
-const qLeaveLease = `
-UPDATE jobs
-SET state = ?6, available_at = coalesce(?7, available_at), finished_at = ?8, lease_expires_at = NULL,
-    attempts = attempts - ?9,
-    result = CASE WHEN ?6 = 'succeeded' THEN ?10 ELSE result END,
-    last_error_code = CASE WHEN ?11 THEN ?12 ELSE last_error_code END,
-    last_error_message = CASE WHEN ?11 THEN ?13 ELSE last_error_message END,
-    last_error_retryable = CASE WHEN ?11 THEN ?14 ELSE last_error_retryable END,
-    last_event_seq = last_event_seq + ?15` + leaseHeld
-
-// qLeaveExpired is qLeaveLease for a lease that expired at ?5 (the
-// reaper's).
-const qLeaveExpired = `
-UPDATE jobs
-SET state = ?6, available_at = coalesce(?7, available_at), finished_at = ?8, lease_expires_at = NULL,
-    attempts = attempts - ?9,
-    result = CASE WHEN ?6 = 'succeeded' THEN ?10 ELSE result END,
-    last_error_code = CASE WHEN ?11 THEN ?12 ELSE last_error_code END,
-    last_error_message = CASE WHEN ?11 THEN ?13 ELSE last_error_message END,
-    last_error_retryable = CASE WHEN ?11 THEN ?14 ELSE last_error_retryable END,
-    last_event_seq = last_event_seq + ?15
-WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
-  AND lease_owner = ?3 AND lease_generation = ?4 AND lease_expires_at <= ?5`
-
-// qRenewLease extends the token's current lease to ?6.
-const qRenewLease = `UPDATE jobs SET lease_expires_at = ?6` + leaseHeld
 
 // qInspectAttempt reads the attempt row of one generation.
 const qInspectAttempt = `
@@ -420,17 +373,93 @@ const qPruneIdempotencyKeys = `
 DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
     SELECT tenant, operation, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)`
 
+// Batched claims and reports (ClaimMany, store.ApplyReports). SQLite has
+// no arrays to unnest, so each statement takes its rows as a VALUES list
+// of anonymous parameters (multiRow), and every row carries its own
+// tenant and, where it changes a lease, its own fence. The CTE's columns
+// are listed in the order a row's parameters are bound; padding rows are
+// NULL and match nothing (multiRow).
+var (
+	// qLeaseJobs leases claimed QUEUED jobs, each to its row's worker
+	// until its expiry (leased at leased_at): generation + 1, attempts +
+	// 1, one event sequence reserved for its LEASED event. It returns
+	// leasedColumns of each job it leased, in no particular order.
+	qLeaseJobs = newMultiRow(`WITH u(tenant, id, owner, leased_at, expires) AS (VALUES `, 5, `)
+UPDATE jobs AS j
+SET state = 'leased', lease_owner = u.owner, lease_generation = j.lease_generation + 1,
+    attempts = j.attempts + 1, leased_at = u.leased_at, lease_expires_at = u.expires,
+    last_event_seq = j.last_event_seq + 1
+FROM u
+WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'queued'
+RETURNING `+leasedColumns)
+
+	// qLockLeases reads the jobs whose current, unexpired lease is the
+	// token of a row (judged at its now), with their latest checkpoints,
+	// then cancel_reason, last_event_seq and the row's ord. A row whose
+	// fence does not hold returns nothing. (The single writer that reads
+	// a row has locked it.)
+	qLockLeases = newMultiRow(`WITH r(ord, tenant, id, owner, generation, now) AS (VALUES `, 6, `)`+
+		jobSelectColumns+`, j.cancel_reason, j.last_event_seq, r.ord
+FROM r CROSS JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id`+checkpointJoin+`
+WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
+  AND j.lease_expires_at > r.now`)
+
+	// qLeaveLeases applies decided transitions (store.Transition) to the
+	// jobs whose leases the rows' tokens hold, each fenced at its now
+	// (expired = 1, the reaper's: the lease must have expired then;
+	// otherwise it must not have): the new state, available_at (NULL:
+	// unchanged), finished_at, refund 1 to give the attempt back, the
+	// result (stored when succeeded), set_error whether code, message and
+	// retryable become the last error, and nevents, how many event
+	// sequences the caller appends.
+	qLeaveLeases = newMultiRow(`WITH u(tenant, id, owner, generation, now, state, available_at, finished_at,
+    refund, result, set_error, code, message, retryable, nevents, expired) AS (VALUES `, 16, `)
+UPDATE jobs AS j
+SET state = u.state, available_at = coalesce(u.available_at, j.available_at), finished_at = u.finished_at,
+    lease_expires_at = NULL,
+    attempts = j.attempts - u.refund,
+    result = CASE WHEN u.state = 'succeeded' THEN u.result ELSE j.result END,
+    last_error_code = CASE WHEN u.set_error THEN u.code ELSE j.last_error_code END,
+    last_error_message = CASE WHEN u.set_error THEN u.message ELSE j.last_error_message END,
+    last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
+    last_event_seq = j.last_event_seq + u.nevents
+FROM u
+WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
+  AND j.lease_owner = u.owner AND j.lease_generation = u.generation
+  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`)
+
+	// qRenewLeases extends the rows' leases to their expires, each fenced
+	// at the instant it was judged at.
+	qRenewLeases = newMultiRow(`WITH u(tenant, id, owner, generation, now, expires) AS (VALUES `, 6, `)
+UPDATE jobs AS j SET lease_expires_at = u.expires
+FROM u
+WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
+  AND j.lease_owner = u.owner AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`)
+
+	// qInsertEventsMulti appends events of several jobs whose sequences
+	// the caller reserved.
+	qInsertEventsMulti = newMultiRow(`WITH e(tenant, job_id, seq, type, at, data) AS (VALUES `, 6, `)
+INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+SELECT * FROM e WHERE e.tenant IS NOT NULL`)
+
+	// qInsertAttemptsMulti records ended attempts.
+	qInsertAttemptsMulti = newMultiRow(`WITH a(tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
+    outcome, error_code, error_message, error_retryable) AS (VALUES `, 11, `)
+INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
+    outcome, error_code, error_message, error_retryable)
+SELECT * FROM a WHERE a.tenant IS NOT NULL`)
+)
+
 // statements are the queries prepared once per connection (see prepared).
 // Fragments (jobSelect, leaseHeld, claimJobsUpdate, ...) are not statements.
-var statements = []string{
+var statements = append([]string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qListJobsBasic, qJobExists, qListEvents,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
-	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLeaseJob, qLockExpired, qNextExpiry, qLeaveExpired,
-	qInsertAttempt, qLockLease, qHeldJob, qLeaveLease, qRenewLease,
-	qInspectAttempt, qCancelQueued,
+	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLockExpired, qNextExpiry,
+	qLockLease, qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
 	qPruneIdempotencyKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
-}
+}, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qInsertEventsMulti, qInsertAttemptsMulti)...)

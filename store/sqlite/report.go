@@ -54,23 +54,31 @@ type reportTx struct {
 
 var _ store.ReportTx = reportTx{}
 
-// LockLeases implements store.ReportTx.
+// LockLeases implements store.ReportTx with one statement per chunk of
+// refs (qLockLeases), each row fenced at its own instant.
 func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[int]store.Held, error) {
-	out := make(map[int]store.Held, len(refs))
+	nows := make([]time.Time, len(refs))
+	args := make([]any, 0, len(refs)*qLockLeases.width)
 	for i, ref := range refs {
-		now := r.s.clock(ref.Now)
+		nows[i] = r.s.clock(ref.Now)
+		args = append(args, i, ref.Tenant, ref.Token.JobID, ref.Token.WorkerID, ref.Token.Generation, micros(nows[i]))
+	}
+	out := make(map[int]store.Held, len(refs))
+	err := qLockLeases.query(ctx, r.tx, args, func(rows *sql.Rows) error {
 		var (
 			reason string
 			seq    int64
+			ord    int
 		)
-		row, err := scanJob(r.tx.QueryRowContext(ctx, qHeldJob, leaseArgs(ref.Tenant, ref.Token, now)...), &reason, &seq)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
+		row, err := scanJob(rows, &reason, &seq, &ord)
 		if err != nil {
-			return nil, fmt.Errorf("read lease: %w", err)
+			return err
 		}
-		out[i] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: now}
+		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord]}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
 	}
 	return out, nil
 }
@@ -153,64 +161,50 @@ func (r reportTx) Inspect(ctx context.Context, refs []store.LeaseRef) (map[int]s
 	return out, nil
 }
 
-// Apply implements store.ReportTx: per change, the job's fenced update,
-// its events and its attempt row.
+// Apply implements store.ReportTx: the jobs' fenced updates, their
+// events and their attempt rows, then the renewals, each a multi-row
+// statement per chunk whose rows carry their own fences.
 func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
-	for _, l := range c.Leaves {
-		t := l.Transition
+	if n := len(c.Leaves); n > 0 {
 		var (
-			refund            int
-			setErr, retryable bool
-			code, message     string
-			finished          sql.NullInt64
-			result            []byte
+			leaves   = make([]any, 0, n*qLeaveLeases.width)
+			attempts = make([]any, 0, n*qInsertAttemptsMulti.width)
+			events   = make([]any, 0, 2*n*qInsertEventsMulti.width)
 		)
-		if t.Refund {
-			refund = 1
-		}
-		if t.Finished() {
-			finished = nullMicros(l.Now)
-		}
-		if e := t.LastError; e != nil {
-			setErr, code, message, retryable = true, e.Code, e.Message, e.Retryable
-		}
-		if t.State == store.JobStateSucceeded {
-			result = t.Result
-		}
-		query := qLeaveLease
-		if l.Expired {
-			query = qLeaveExpired
-		}
-		res, err := r.tx.ExecContext(ctx, query, append(leaseArgs(l.Tenant, l.Token, l.Now), string(t.State),
-			nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events))...)
-		if err != nil {
-			return fmt.Errorf("apply %s to %q: %w", t.State, l.Token.JobID, err)
-		}
-		// Impossible for the single writer that read the lease; refuse
-		// rather than append events for a job that did not move.
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("apply %s to %q: rows moved: %w", t.State, l.Token.JobID, err)
-		} else if n != 1 {
-			return fmt.Errorf("apply %s to %q: %d rows moved", t.State, l.Token.JobID, n)
-		}
-		for k, e := range t.Events {
-			if _, err := r.tx.ExecContext(ctx, qInsertEvent, l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), string(e.Type), micros(l.Now), e.Data); err != nil {
-				return fmt.Errorf("append %s event: %w", e.Type, err)
+		for _, l := range c.Leaves {
+			leaves = append(leaves, leaveArgs(l)...)
+			for k, e := range l.Transition.Events {
+				events = append(events, l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), string(e.Type), micros(l.Now), e.Data)
 			}
+			attempts = append(attempts, attemptArgs(l)...)
 		}
-		if err := recordAttempt(ctx, r.tx, l); err != nil {
-			return err
+		moved, err := qLeaveLeases.exec(ctx, r.tx, leaves)
+		if err != nil {
+			return fmt.Errorf("apply %d transitions: %w", n, err)
+		}
+		// Impossible for the single writer that read the leases; refuse
+		// rather than append events for jobs that did not move.
+		if moved != int64(n) {
+			return fmt.Errorf("apply %d transitions: %d rows moved", n, moved)
+		}
+		if _, err := qInsertEventsMulti.exec(ctx, r.tx, events); err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+		if _, err := qInsertAttemptsMulti.exec(ctx, r.tx, attempts); err != nil {
+			return fmt.Errorf("record attempts: %w", err)
 		}
 	}
-	for _, rn := range c.Renewals {
-		res, err := r.tx.ExecContext(ctx, qRenewLease, append(leaseArgs(rn.Tenant, rn.Token, rn.Now), micros(rn.ExpiresAt))...)
-		if err != nil {
-			return fmt.Errorf("renew %q: %w", rn.Token.JobID, err)
+	if n := len(c.Renewals); n > 0 {
+		args := make([]any, 0, n*qRenewLeases.width)
+		for _, rn := range c.Renewals {
+			args = append(args, rn.Tenant, rn.Token.JobID, rn.Token.WorkerID, rn.Token.Generation, micros(rn.Now), micros(rn.ExpiresAt))
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("renew %q: rows renewed: %w", rn.Token.JobID, err)
-		} else if n != 1 {
-			return fmt.Errorf("renew %q: %d rows renewed", rn.Token.JobID, n)
+		renewed, err := qRenewLeases.exec(ctx, r.tx, args)
+		if err != nil {
+			return fmt.Errorf("renew %d leases: %w", n, err)
+		}
+		if renewed != int64(n) {
+			return fmt.Errorf("renew %d leases: %d rows renewed", n, renewed)
 		}
 	}
 	if err := writeBreakers(ctx, r.tx, c.Breakers); err != nil {
@@ -221,4 +215,44 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	}
 	r.tx.wake = append(r.tx.wake, c.Wake...)
 	return nil
+}
+
+// leaveArgs are a Leave's qLeaveLeases parameters.
+func leaveArgs(l store.Leave) []any {
+	t := l.Transition
+	var (
+		refund            int
+		setErr, retryable bool
+		code, message     string
+		finished          sql.NullInt64
+		result            []byte
+	)
+	if t.Refund {
+		refund = 1
+	}
+	if t.Finished() {
+		finished = nullMicros(l.Now)
+	}
+	if e := t.LastError; e != nil {
+		setErr, code, message, retryable = true, e.Code, e.Message, e.Retryable
+	}
+	if t.State == store.JobStateSucceeded {
+		result = t.Result
+	}
+	return []any{l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, micros(l.Now), string(t.State),
+		nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events), l.Expired}
+}
+
+// attemptArgs are the qInsertAttemptsMulti parameters of the attempt a
+// Leave ends.
+func attemptArgs(l store.Leave) []any {
+	var code, message sql.NullString
+	var retryable sql.NullBool
+	if e := l.Transition.AttemptError; e != nil {
+		code = sql.NullString{String: e.Code, Valid: true}
+		message = sql.NullString{String: e.Message, Valid: true}
+		retryable = sql.NullBool{Bool: e.Retryable, Valid: true}
+	}
+	return []any{l.Tenant, l.Token.JobID, l.Attempt, l.Token.Generation, l.Token.WorkerID,
+		micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable}
 }

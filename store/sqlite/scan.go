@@ -61,6 +61,9 @@ func encodeMetadata(md map[string]string) (string, error) {
 }
 
 func decodeMetadata(s string) (map[string]string, error) {
+	if s == "{}" {
+		return nil, nil // what most jobs store (encodeMetadata): no decoder needed
+	}
 	var md map[string]string
 	if err := json.Unmarshal([]byte(s), &md); err != nil {
 		return nil, fmt.Errorf("decode stored metadata: %w", err)

@@ -79,6 +79,50 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(done), "ns/job")
 		})
 	}
+	// ClaimReports/batch=n is the shape of a drain under load: a claim of
+	// n jobs, then their n completions in one ApplyReports batch (what the
+	// group committer makes of concurrent reports).
+	for _, batch := range []int{8, 32} {
+		b.Run(fmt.Sprintf("ClaimReports/batch=%d", batch), func(b *testing.B) {
+			s := open(b)
+			ctx := context.Background()
+			b.StopTimer()
+			total := b.N * batch
+			for created := 0; created < total; created += store.BatchMaxItems {
+				benchCreate(b, ctx, s, min(store.BatchMaxItems, total-created), "")
+			}
+			b.StartTimer()
+			b.ReportAllocs()
+			done := 0
+			for range b.N {
+				claimed, err := s.Claim(ctx, store.ClaimParams{
+					Tenant: "bench", Worker: "bench-worker", Queues: []string{"bench"},
+					Max: batch, LeaseDuration: time.Minute,
+				})
+				if err != nil {
+					b.Fatalf("claim: %v", err)
+				}
+				reports := make([]store.Report, len(claimed))
+				for i, c := range claimed {
+					reports[i] = store.Report{Kind: store.ReportComplete, Tenant: "bench", Token: c.Token}
+				}
+				res, err := s.ApplyReports(ctx, reports)
+				if err != nil {
+					b.Fatalf("apply reports: %v", err)
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						b.Fatalf("complete: %v", r.Err)
+					}
+					done++
+				}
+			}
+			if done != total {
+				b.Fatalf("completed %d jobs, want %d", done, total)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(done), "ns/job")
+		})
+	}
 	b.Run("Renew100Leases", func(b *testing.B) {
 		s := open(b)
 		ctx := context.Background()
