@@ -71,6 +71,21 @@ func (c *collector) deliver(jobs []store.ClaimedJob) bool {
 	return true
 }
 
+// wantQueuedUnspent fails unless every job is queued with no attempt
+// spent: released leases give the attempt back.
+func wantQueuedUnspent(t *testing.T, st store.Store, after string) {
+	t.Helper()
+	page, err := st.ListJobs(context.Background(), store.ListJobsParams{Tenant: tenant, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range page.Jobs {
+		if j.State != store.JobStateQueued || j.Attempts != 0 {
+			t.Fatalf("job %s after %s: %s, %d attempts; want queued, 0", j.ID, after, j.State, j.Attempts)
+		}
+	}
+}
+
 func (c *collector) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,15 +129,7 @@ func TestUndeliverableLeasesAreReleasedWithoutSpendingTheAttempt(t *testing.T) {
 	if n := d.runOnce(context.Background()); n != 0 {
 		t.Fatalf("delivered %d to a refusing waiter", n)
 	}
-	page, err := st.ListJobs(context.Background(), store.ListJobsParams{Tenant: tenant, Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range page.Jobs {
-		if j.State != store.JobStateQueued || j.Attempts != 0 {
-			t.Fatalf("job %s after refused delivery: %s, %d attempts; want queued, 0", j.ID, j.State, j.Attempts)
-		}
-	}
+	wantQueuedUnspent(t, st, "a refused delivery")
 	if d.Credits(w) != 5 {
 		t.Fatalf("credits after refusal = %d; want 5 (nothing was delivered)", d.Credits(w))
 	}

@@ -134,15 +134,7 @@ func TestHandoffLeasesAWaiterCannotTakeAreReleased(t *testing.T) {
 	if got := r.Finish(context.Background(), claimAsTheCreateWould(t, st, r)); got["q"] != 0 {
 		t.Fatalf("delivered %v to a refusing waiter", got)
 	}
-	page, err := st.ListJobs(context.Background(), store.ListJobsParams{Tenant: tenant, Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range page.Jobs {
-		if j.State != store.JobStateQueued || j.Attempts != 0 {
-			t.Fatalf("job %s after a refused handoff: %s, %d attempts; want queued, 0", j.ID, j.State, j.Attempts)
-		}
-	}
+	wantQueuedUnspent(t, st, "a refused handoff")
 	if d.Credits(w) != 2 {
 		t.Fatalf("credits %d, want 2", d.Credits(w))
 	}
