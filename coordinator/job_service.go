@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -73,12 +74,11 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	tenant := tenantFrom(ctx)
 	p := store.CreateJobsParams{Tenant: tenant, Requests: crs, IdempotencyWindow: c.cfg.IdempotencyWindow, Now: c.now()}
 	var (
-		res     []store.CreateResult
-		err     error
-		handed  map[string]int
-		hc, can = c.store.(store.HandoffCreator)
+		res    []store.CreateResult
+		err    error
+		handed map[string]int
 	)
-	if r := c.reserveFor(tenant, crs, can); r != nil {
+	if hc, r := c.reserveFor(tenant, crs); r != nil {
 		var leased []store.ClaimedJob
 		res, leased, err = hc.CreateJobsHandoff(ctx, p, r.Claims())
 		handed = r.Finish(ctx, leased)
@@ -108,21 +108,19 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 
 // reserveFor reserves waiting workers for the requests due now, when the
 // store can lease in the create's transaction.
-func (c *Coordinator) reserveFor(tenant string, crs []store.CreateRequest, can bool) *dispatch.Reservation {
-	if !can {
-		return nil
+func (c *Coordinator) reserveFor(tenant string, crs []store.CreateRequest) (store.HandoffCreator, *dispatch.Reservation) {
+	hc, ok := c.store.(store.HandoffCreator)
+	if !ok {
+		return nil, nil
 	}
-	now := c.now()
-	if now.IsZero() {
-		now = time.Now()
-	}
+	now := cmp.Or(c.now(), time.Now())
 	want := map[string]int{}
 	for _, r := range crs {
-		if r.Spec.RunAfter <= 0 && !r.Spec.RunAt.After(now) {
+		if !r.Spec.AvailableFrom(now).After(now) {
 			want[r.Spec.Queue]++
 		}
 	}
-	return c.dispatcher.Reserve(tenant, want)
+	return hc, c.dispatcher.Reserve(tenant, want)
 }
 
 func (s *jobService) GetJob(ctx context.Context, req *leaseholdv1.GetJobRequest) (*leaseholdv1.GetJobResponse, error) {

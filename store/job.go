@@ -210,3 +210,15 @@ type JobSpec struct {
 	// ConcurrencyKey groups the job for the queue's per-key limits.
 	ConcurrencyKey string
 }
+
+// AvailableFrom is when a job created from s at now may first be claimed:
+// now, RunAfter later, or RunAt.
+func (s JobSpec) AvailableFrom(now time.Time) time.Time {
+	switch {
+	case s.RunAfter > 0:
+		return now.Add(s.RunAfter)
+	case !s.RunAt.IsZero():
+		return s.RunAt.UTC().Truncate(time.Microsecond)
+	}
+	return now
+}

@@ -266,7 +266,7 @@ func DecideCreate(policy QueuePolicy, tenant, id string, spec JobSpec, now time.
 	j := &Job{
 		Tenant: tenant, ID: id, Queue: spec.Queue, Kind: spec.Kind, Payload: spec.Payload,
 		Metadata: spec.Metadata, Priority: spec.Priority, State: JobStateQueued,
-		MaxAttempts: spec.MaxAttempts, CreatedAt: now, AvailableAt: now, Dependency: spec.Dependency,
+		MaxAttempts: spec.MaxAttempts, CreatedAt: now, Dependency: spec.Dependency,
 		ConcurrencyKey: spec.ConcurrencyKey,
 	}
 	if j.MaxAttempts == 0 {
@@ -275,12 +275,7 @@ func DecideCreate(policy QueuePolicy, tenant, id string, spec JobSpec, now time.
 	if j.Dependency == "" {
 		j.Dependency = policy.DefaultDependency
 	}
-	switch {
-	case spec.RunAfter > 0:
-		j.AvailableAt = now.Add(spec.RunAfter)
-	case !spec.RunAt.IsZero():
-		j.AvailableAt = spec.RunAt.UTC().Truncate(time.Microsecond)
-	}
+	j.AvailableAt = spec.AvailableFrom(now)
 	if d := policy.Retry.TotalRetryDeadline; d > 0 {
 		j.RetryDeadline = now.Add(d)
 	}

@@ -31,11 +31,10 @@ type reservedClaim struct {
 // created (want: queue → jobs), waiters that take the queue and could be
 // claimed for now: one per worker id (a lease names its worker), none
 // that is claiming, backlogged, without room or answered by its first
-// round (Immediate). Each queue's jobs are shared in proportion to what
-// the waiters could take, as a round's claim does (store.ClaimSlots);
-// waiters are visited in map order, so the remainders, and single
-// creates, fall to a different waiter each time. It returns nil when
-// there is no such waiter or the dispatcher is quiesced.
+// round (Immediate). Each queue's jobs are shared as a round's claim for
+// all of those waiters would share them (store.ClaimSlots); waiters are
+// visited in map order, so ties fall to a different waiter each time. It
+// returns nil when there is no such waiter or the dispatcher is quiesced.
 func (d *Dispatcher) Reserve(tenant string, want map[string]int) *Reservation {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -45,9 +44,8 @@ func (d *Dispatcher) Reserve(tenant string, want map[string]int) *Reservation {
 	r := &Reservation{d: d, tenant: tenant}
 	for _, q := range slices.Sorted(maps.Keys(want)) {
 		var (
-			ws    []*Waiter
-			asks  []int
-			total int
+			ws   []*Waiter
+			asks []store.ClaimWaiter
 		)
 		workers := map[string]bool{}
 		for w := range d.waiters {
@@ -59,10 +57,17 @@ func (d *Dispatcher) Reserve(tenant string, want map[string]int) *Reservation {
 			}
 			if n := d.ask(w); n > 0 {
 				workers[w.Worker] = true
-				ws, asks, total = append(ws, w), append(asks, n), total+n
+				ws = append(ws, w)
+				asks = append(asks, store.ClaimWaiter{Worker: w.Worker, Max: n, LeaseDuration: w.LeaseDuration})
 			}
 		}
-		shares := proportional(min(want[q], total, store.ClaimSlotsMax), asks, total)
+		// The first jobs of a claim for all of them, as the claim would
+		// share them out.
+		shares := make([]int, len(ws))
+		slots := store.ClaimSlots(asks)
+		for _, i := range slots[:min(want[q], len(slots))] {
+			shares[i]++
+		}
 		c := reservedClaim{queue: q}
 		for i, w := range ws {
 			if shares[i] > 0 {
@@ -79,28 +84,6 @@ func (d *Dispatcher) Reserve(tenant string, want map[string]int) *Reservation {
 		return nil
 	}
 	return r
-}
-
-// proportional shares n (≤ total) in proportion to asks (summing to
-// total): each its floor, and the remainder one each to the first with
-// room.
-func proportional(n int, asks []int, total int) []int {
-	out := make([]int, len(asks))
-	if n <= 0 {
-		return out
-	}
-	left := n
-	for i, a := range asks {
-		out[i] = n * a / total
-		left -= out[i]
-	}
-	for i := 0; left > 0; i++ {
-		if out[i] < asks[i] {
-			out[i]++
-			left--
-		}
-	}
-	return out
 }
 
 // Claims are the reservation's claims for CreateJobsHandoff, one per queue.

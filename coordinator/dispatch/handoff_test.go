@@ -151,31 +151,35 @@ func TestNoReservationOnceQuiesced(t *testing.T) {
 	}
 }
 
-// TestReservedSharesFollowTheWaitersRoom: fewer jobs than the waiters
-// could take are shared in proportion to what each could take, and never
-// more than that.
-func TestReservedSharesFollowTheWaitersRoom(t *testing.T) {
+// TestReservedSharesAreTheClaimsShares: a create's jobs are shared as a
+// round's claim for all the free waiters would share them
+// (store.ClaimSlots): 5 jobs among credits of 10, 1, 1 and 1 all go to the
+// waiter with 10, since the others' single slot is the middle of their
+// share. The waiters that got no share stay free for the next create.
+func TestReservedSharesAreTheClaimsShares(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		n    int
-		asks []int
-		want []int
-	}{
-		{1, []int{5, 1}, []int{1, 0}},
-		{3, []int{5, 1}, []int{3, 0}},
-		{6, []int{5, 1}, []int{5, 1}},
-		{5, []int{1, 1, 1, 10}, []int{1, 1, 0, 3}},
-		{50, []int{40, 10}, []int{40, 10}},
-		{5, []int{40, 10}, []int{4, 1}},
-		{0, []int{3}, []int{0}},
-	} {
-		total := 0
-		for _, a := range c.asks {
-			total += a
-		}
-		got := proportional(c.n, c.asks, total)
-		if fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("proportional(%d, %v) = %v, want %v", c.n, c.asks, got, c.want)
-		}
+	d := New(Config{Store: setup(t, 0)})
+	for w, credits := range map[string]int{"big": 10, "s1": 1, "s2": 1, "s3": 1} {
+		d.Add(&Waiter{Tenant: tenant, Worker: w, Queues: []string{"q"}, Deliver: newCollector().deliver}, credits)
 	}
+	d.runOnce(context.Background())
+	asked := func(r *Reservation) map[string]int {
+		out := map[string]int{}
+		for _, c := range r.Claims() {
+			for _, w := range c.Waiters {
+				out[w.Worker] += w.Max
+			}
+		}
+		return out
+	}
+	first := d.Reserve(tenant, map[string]int{"q": 5})
+	if got := asked(first); fmt.Sprint(got) != "map[big:5]" {
+		t.Fatalf("5 jobs among 10, 1, 1, 1 credits: asked %v, want big 5", got)
+	}
+	second := d.Reserve(tenant, map[string]int{"q": 3})
+	if got := asked(second); fmt.Sprint(got) != "map[s1:1 s2:1 s3:1]" {
+		t.Fatalf("the next 3 jobs: asked %v, want s1, s2 and s3 one each", got)
+	}
+	first.Finish(context.Background(), nil)
+	second.Finish(context.Background(), nil)
 }

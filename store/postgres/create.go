@@ -164,7 +164,7 @@ func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall)
 		}
 		pending = later
 	}
-	if err := s.runHandoff(ctx, tx, calls, policies, h, out); err != nil {
+	if err := s.runHandoff(ctx, tx, policies, h, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -13,18 +13,26 @@ import (
 )
 
 // handoff is what a create batch's claims (store.HandoffCreator) need
-// across its passes: the queues whose job notifications wait for the
-// claims (deferred), and the ids of the jobs created in them (fresh).
+// across its passes: the claims that may run, the queues whose job
+// notifications wait for them (deferred), and the ids of the jobs created
+// in those queues (fresh).
 type handoff struct {
+	claims   []callClaim
 	deferred map[store.QueueRef]bool
 	fresh    map[store.QueueRef][]string
+}
+
+// callClaim is one claim of a call of the batch.
+type callClaim struct {
+	call  int
+	claim store.ClaimManyParams
 }
 
 // newHandoff is the batch's handoff, or nil when no call has a claim that
 // may run.
 func newHandoff(calls []createCall, policies map[store.QueueRef]store.QueuePolicy) *handoff {
 	var h *handoff
-	for _, c := range calls {
+	for ci, c := range calls {
 		for _, cl := range c.handoff {
 			if !handoffOpen(cl, policies) {
 				continue
@@ -32,6 +40,7 @@ func newHandoff(calls []createCall, policies map[store.QueueRef]store.QueuePolic
 			if h == nil {
 				h = &handoff{deferred: map[store.QueueRef]bool{}, fresh: map[store.QueueRef][]string{}}
 			}
+			h.claims = append(h.claims, callClaim{call: ci, claim: cl})
 			for _, q := range cl.Queues {
 				h.deferred[store.QueueRef{Tenant: cl.Tenant, Queue: q}] = true
 			}
@@ -60,7 +69,7 @@ func handoffOpen(claim store.ClaimManyParams, policies map[store.QueueRef]store.
 // still QUEUED), in one round trip after a savepoint. A claim that fails
 // rolls back to the savepoint: the creates commit without leases, and
 // their queues are notified as usual.
-func (s *Store) runHandoff(ctx context.Context, tx *lazyTx, calls []createCall,
+func (s *Store) runHandoff(ctx context.Context, tx *lazyTx,
 	policies map[store.QueueRef]store.QueuePolicy, h *handoff, out []createAnswer) error {
 	if h == nil {
 		return nil
@@ -68,20 +77,15 @@ func (s *Store) runHandoff(ctx context.Context, tx *lazyTx, calls []createCall,
 	b := &pgx.Batch{}
 	b.Queue(qSavepointHandoff)
 	var runs []int // the call of each claim queued
-	for ci, c := range calls {
-		if out[ci].err != nil {
-			continue
+	for _, c := range h.claims {
+		if out[c.call].err != nil {
+			continue // the call failed: nothing of it is created
 		}
-		for _, cl := range c.handoff {
-			if !handoffOpen(cl, policies) {
-				continue
-			}
-			queues := slices.Compact(slices.Sorted(slices.Values(cl.Queues)))
-			owners, leases := claimSlotArgs(cl)
-			if args := claimArgs(cl, queues, policies, nil, owners, leases, ""); args != nil {
-				b.Queue(qClaimMany, args...)
-				runs = append(runs, ci)
-			}
+		queues := slices.Compact(slices.Sorted(slices.Values(c.claim.Queues)))
+		owners, leases := claimSlotArgs(c.claim)
+		if args := claimArgs(c.claim, queues, policies, nil, owners, leases, ""); args != nil {
+			b.Queue(qClaimMany, args...)
+			runs = append(runs, c.call)
 		}
 	}
 	refs := slices.SortedFunc(maps.Keys(h.fresh), func(a, b store.QueueRef) int {
