@@ -526,6 +526,7 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 			d.mu.Unlock()
 			continue
 		}
+		d.spend(w, len(got))
 		// Deliver outside d.mu: it takes the waiter owner's own lock.
 		ok := true
 		if len(got) > 0 || (w.Immediate && err == nil) {
@@ -535,9 +536,9 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 		w.claiming = false
 		switch {
 		case !ok:
+			w.credits += len(got) // never delivered: still the waiter's
 			undelivered = append(undelivered, got...)
 		case len(got) > 0 || w.Immediate:
-			w.credits -= len(got)
 			delivered += len(got)
 			if w.OneShot {
 				d.remove(w)
@@ -556,6 +557,22 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 		d.cfg.Leased(jobs)
 	}
 	return delivered
+}
+
+// spend takes n leases off w's credits before they are delivered. Once
+// Deliver has queued them the worker may run them and grant the freed
+// capacity back (AddCredits) before the claiming goroutine takes d.mu
+// again; spending after Deliver would add those grants on top of credits
+// already used, and the capacity cap would throw the excess away for
+// good: the stream would then be pushed fewer jobs than it has room for,
+// ever after.
+func (d *Dispatcher) spend(w *Waiter, n int) {
+	if n == 0 {
+		return
+	}
+	d.mu.Lock()
+	w.credits -= n
+	d.mu.Unlock()
 }
 
 // afterClaim wakes the next round for w when a wake-up came while it was

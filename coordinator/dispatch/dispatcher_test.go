@@ -240,3 +240,72 @@ func TestCreditsReturnedDuringTheCooldownShareOneClaim(t *testing.T) {
 		t.Fatalf("collected %d leases, want 6", got)
 	}
 }
+
+// grantingBack is a Deliver of a worker faster than the claimer: before
+// Deliver returns, the worker has run the leases and its grant of the
+// freed capacity has been applied (AddCredits, from the stream's receiver
+// goroutine). The barrier makes the race that a busy machine hits now and
+// then happen every time.
+func grantingBack(d *Dispatcher, w **Waiter, col *collector) func([]store.ClaimedJob) bool {
+	return func(jobs []store.ClaimedJob) bool {
+		if !col.deliver(jobs) {
+			return false
+		}
+		granted := make(chan struct{})
+		go func() {
+			defer close(granted)
+			d.AddCredits(*w, len(jobs))
+		}()
+		<-granted
+		return true
+	}
+}
+
+// TestCreditsGrantedBackDuringDeliveryAreKept: a worker whose grant for the
+// capacity its leases freed arrives before the claimer has finished
+// delivering keeps every credit. (When the round spent the credits after
+// Deliver, the grant found the spent credits still counted, the capacity
+// cap discarded it, and the stream was pushed fewer jobs than it had room
+// for from then on: drains fell from thousands of jobs/s to hundreds.)
+func TestCreditsGrantedBackDuringDeliveryAreKept(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 9)
+	d := New(Config{Store: st})
+	col := newCollector()
+	var w *Waiter
+	w = &Waiter{Tenant: tenant, Worker: "fast", Queues: []string{"q"}, Capacity: 3, Deliver: grantingBack(d, &w, col)}
+	d.Add(w, 3)
+	ctx := context.Background()
+	for round := 1; round <= 3; round++ {
+		if n := d.runOnce(ctx); n != 3 {
+			t.Fatalf("round %d delivered %d, want 3", round, n)
+		}
+		if got := d.Credits(w); got != 3 {
+			t.Fatalf("after round %d the waiter has %d credits, want 3: the grant made during delivery was lost", round, got)
+		}
+	}
+	if col.count() != 9 {
+		t.Fatalf("collected %d leases, want 9", col.count())
+	}
+}
+
+// TestHandoffKeepsCreditsGrantedBackDuringDelivery is the same race for
+// leases handed off by a create.
+func TestHandoffKeepsCreditsGrantedBackDuringDelivery(t *testing.T) {
+	t.Parallel()
+	st := setup(t, 0)
+	d := New(Config{Store: st})
+	col := newCollector()
+	var w *Waiter
+	w = &Waiter{Tenant: tenant, Worker: "fast", Queues: []string{"q"}, Capacity: 2, Deliver: grantingBack(d, &w, col)}
+	d.Add(w, 2)
+	d.runOnce(context.Background()) // its first round: the queue is empty
+	r := d.Reserve(tenant, map[string]int{"q": 2})
+	create(t, st, 2)
+	if got := r.Finish(context.Background(), claimAsTheCreateWould(t, st, r)); got["q"] != 2 {
+		t.Fatalf("handed off %v, want 2 in q", got)
+	}
+	if got := d.Credits(w); got != 2 {
+		t.Fatalf("the waiter has %d credits after the handoff, want 2: the grant made during delivery was lost", got)
+	}
+}

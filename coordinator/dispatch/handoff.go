@@ -118,14 +118,15 @@ func (r *Reservation) Finish(ctx context.Context, jobs []store.ClaimedJob) map[s
 	for _, c := range r.claims {
 		for _, w := range c.waiters {
 			js := got[key{c.queue, w.Worker}]
+			d.spend(w, len(js))
 			ok := len(js) == 0 || w.Deliver(js) // outside d.mu: it takes the waiter owner's lock
 			d.mu.Lock()
 			w.claiming = false
 			switch {
 			case !ok:
+				w.credits += len(js) // never delivered: still the waiter's
 				undelivered = append(undelivered, js...)
 			case len(js) > 0:
-				w.credits -= len(js)
 				delivered[c.queue] += len(js)
 				if w.OneShot {
 					d.remove(w)
