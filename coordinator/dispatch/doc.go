@@ -13,9 +13,12 @@
 // the store hands the jobs out in proportion to what each waiter asked
 // (store.ClaimSlots), so stream and unary workers share fairly. Waiters of
 // one group that share a worker id are claimed for separately, since a
-// lease names its worker. Deliver queues each waiter's leases; its credits
-// drop by what was delivered, so a waiter never receives more leases than
-// it was granted.
+// lease names its worker. A waiter's credits drop by its leases before
+// Deliver queues them (and come back if Deliver refuses them), so a waiter
+// never receives more leases than it was granted, and a grant the worker
+// sends for the capacity those leases free, which can arrive while Deliver
+// is still returning, is added to credits already spent rather than capped
+// away.
 //
 // After a round that delivered leases the next one waits Config.Cooldown
 // (2ms): busy workers return credits one finished job at a time, and the
