@@ -43,14 +43,18 @@ type session struct {
 	reportSlots chan struct{}
 	reports     sync.WaitGroup
 
-	mu         sync.Mutex // guards out, outBytes, backlogged, leases, closed, draining
+	mu         sync.Mutex // guards out, outBytes, backlogged, leases, reporting, closed, draining
 	out        []*leaseholdv1.ConnectResponse
 	outBytes   int                         // proto size of out
 	backlogged bool                        // out passed the soft bound: no claims for this stream
 	leases     map[string]store.LeaseToken // job id → token held through this stream
-	closed     bool                        // the stream is ending: nothing more is queued
-	draining   bool                        // Drain was sent: no more leases
-	signal     chan struct{}               // capacity 1: out has messages
+	// reporting is the job id → lease generation of each report received
+	// on this stream and not yet committed (or failed). A heartbeat renewal
+	// of such a lease must not count it as held again: see heartbeat.
+	reporting map[string]int64
+	closed    bool          // the stream is ending: nothing more is queued
+	draining  bool          // Drain was sent: no more leases
+	signal    chan struct{} // capacity 1: out has messages
 }
 
 // Bounds of a session's outbound queue. Past the soft bounds the
@@ -145,6 +149,26 @@ func (s *session) forget(jobID string) {
 	s.c.dispatcher.Ready(s.waiter)
 }
 
+// reportReceived stops counting a lease whose holder reported it on this
+// stream, and remembers the report until it is committed (reportApplied).
+func (s *session) reportReceived(tok store.LeaseToken) {
+	s.mu.Lock()
+	delete(s.leases, tok.JobID)
+	s.reporting[tok.JobID] = tok.Generation
+	s.mu.Unlock()
+	s.c.dispatcher.Ready(s.waiter)
+}
+
+// reportApplied ends what reportReceived began, once the report's
+// transaction has committed or failed.
+func (s *session) reportApplied(tok store.LeaseToken) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reporting[tok.JobID] == tok.Generation {
+		delete(s.reporting, tok.JobID)
+	}
+}
+
 // drain queues Drain and stops new leases.
 func (s *session) drain(grace time.Duration) {
 	s.mu.Lock()
@@ -203,6 +227,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		ctx:         sctx, cancel: cancel,
 		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
+		reporting:   make(map[string]int64),
 		signal:      make(chan struct{}, 1),
 		reportSlots: make(chan struct{}, streamReportsMax),
 	}
@@ -338,7 +363,7 @@ func (s *session) handle(m *leaseholdv1.ConnectRequest) (stop bool, err error) {
 		// the stream's capacity while its outcome commits. (If the
 		// commit fails the worker reports again, unary; the worker
 		// itself never runs more handlers than its capacity.)
-		s.forget(r.rep.Token.JobID)
+		s.reportReceived(r.rep.Token)
 		s.reports.Add(1)
 		go s.report(r)
 		return false, nil
@@ -373,6 +398,21 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 	if err != nil {
 		return toStatus(s.ctx, c.log, err)
 	}
+	// A lease this stream reported before this heartbeat is no longer
+	// held here, even if the renewal commits before the report does: the
+	// report's own end (c.finished, forgetting the lease) may then run
+	// before the renewal's answer is applied below, and counting the lease
+	// again would keep it held here for good, shrinking the stream's room
+	// for leases (Held) one report at a time. Which reports came first is
+	// known now, before the renewal: the receiver reads the stream in order.
+	reported := map[string]bool{}
+	s.mu.Lock()
+	for _, t := range toks {
+		if g, ok := s.reporting[t.JobID]; ok && g == t.Generation {
+			reported[t.JobID] = true
+		}
+	}
+	s.mu.Unlock()
 	var results []store.RenewResult
 	if len(toks) > 0 {
 		results, err = c.store.Renew(s.ctx, store.RenewParams{Tenant: s.tenant, Tokens: toks, LeaseDuration: lease, Now: c.now()})
@@ -399,7 +439,9 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		// A lease renewed through this stream is held here, even when it
 		// was claimed elsewhere (unary Claim, an earlier stream): cancel
 		// requests should reach it.
-		s.leases[r.Token.JobID] = r.Token
+		if !reported[r.Token.JobID] {
+			s.leases[r.Token.JobID] = r.Token
+		}
 	}
 	return nil
 }
