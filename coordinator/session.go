@@ -153,10 +153,9 @@ func (s *session) forget(jobID string) {
 // stream, and remembers the report until it is committed (reportApplied).
 func (s *session) reportReceived(tok store.LeaseToken) {
 	s.mu.Lock()
-	delete(s.leases, tok.JobID)
 	s.reporting[tok.JobID] = tok.Generation
 	s.mu.Unlock()
-	s.c.dispatcher.Ready(s.waiter)
+	s.forget(tok.JobID)
 }
 
 // reportApplied ends what reportReceived began, once the report's
@@ -405,10 +404,13 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 	// again would keep it held here for good, shrinking the stream's room
 	// for leases (Held) one report at a time. Which reports came first is
 	// known now, before the renewal: the receiver reads the stream in order.
-	reported := map[string]bool{}
+	var reported map[string]bool
 	s.mu.Lock()
 	for _, t := range toks {
 		if g, ok := s.reporting[t.JobID]; ok && g == t.Generation {
+			if reported == nil {
+				reported = map[string]bool{}
+			}
 			reported[t.JobID] = true
 		}
 	}
