@@ -2,13 +2,9 @@ package coordinator
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/sqlitetest"
@@ -76,30 +72,13 @@ func TestARenewalCommittedBeforeAReportDoesNotHoldTheLeaseAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- c.Serve(lis) }()
+	conn := serve(t, c)
+	// Registered after serve, so it runs first: nothing may stay held at
+	// the gates when the coordinator shuts down.
 	t.Cleanup(func() {
-		// Nothing may stay held at the gates when the coordinator stops.
 		closeOnce(g.reportGo)
 		closeOnce(g.renewGo)
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		if err := c.Shutdown(sctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
 	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 
 	stream, err := leaseholdv1.NewWorkerServiceClient(conn).Connect(ctx)
 	if err != nil {

@@ -241,24 +241,28 @@ func TestCreditsReturnedDuringTheCooldownShareOneClaim(t *testing.T) {
 	}
 }
 
-// grantingBack is a Deliver of a worker faster than the claimer: before
-// Deliver returns, the worker has run the leases and its grant of the
-// freed capacity has been applied (AddCredits, from the stream's receiver
-// goroutine). The barrier makes the race that a busy machine hits now and
-// then happen every time.
-func grantingBack(d *Dispatcher, w **Waiter, col *collector) func([]store.ClaimedJob) bool {
-	return func(jobs []store.ClaimedJob) bool {
+// addFastWaiter registers, with capacity credits, a waiter of a worker
+// faster than the claimer: before its Deliver returns, the worker has run
+// the leases and its grant of the freed capacity has been applied
+// (AddCredits, as from the stream's receiver goroutine). The barrier makes
+// the race that a busy machine hits now and then happen every time.
+func addFastWaiter(d *Dispatcher, capacity int) (*Waiter, *collector) {
+	col := newCollector()
+	w := &Waiter{Tenant: tenant, Worker: "fast", Queues: []string{"q"}, Capacity: capacity}
+	w.Deliver = func(jobs []store.ClaimedJob) bool {
 		if !col.deliver(jobs) {
 			return false
 		}
 		granted := make(chan struct{})
 		go func() {
 			defer close(granted)
-			d.AddCredits(*w, len(jobs))
+			d.AddCredits(w, len(jobs))
 		}()
 		<-granted
 		return true
 	}
+	d.Add(w, capacity)
+	return w, col
 }
 
 // TestCreditsGrantedBackDuringDeliveryAreKept: a worker whose grant for the
@@ -271,10 +275,7 @@ func TestCreditsGrantedBackDuringDeliveryAreKept(t *testing.T) {
 	t.Parallel()
 	st := setup(t, 9)
 	d := New(Config{Store: st})
-	col := newCollector()
-	var w *Waiter
-	w = &Waiter{Tenant: tenant, Worker: "fast", Queues: []string{"q"}, Capacity: 3, Deliver: grantingBack(d, &w, col)}
-	d.Add(w, 3)
+	w, col := addFastWaiter(d, 3)
 	ctx := context.Background()
 	for round := 1; round <= 3; round++ {
 		if n := d.runOnce(ctx); n != 3 {
@@ -295,10 +296,7 @@ func TestHandoffKeepsCreditsGrantedBackDuringDelivery(t *testing.T) {
 	t.Parallel()
 	st := setup(t, 0)
 	d := New(Config{Store: st})
-	col := newCollector()
-	var w *Waiter
-	w = &Waiter{Tenant: tenant, Worker: "fast", Queues: []string{"q"}, Capacity: 2, Deliver: grantingBack(d, &w, col)}
-	d.Add(w, 2)
+	w, _ := addFastWaiter(d, 2)
 	d.runOnce(context.Background()) // its first round: the queue is empty
 	r := d.Reserve(tenant, map[string]int{"q": 2})
 	create(t, st, 2)
