@@ -3,13 +3,10 @@ package coordinator
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -32,25 +29,7 @@ func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- c.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		conn.Close()
-		if err := c.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	}()
+	conn := serve(t, c)
 	jobs := leaseholdv1.NewJobServiceClient(conn)
 	workers := leaseholdv1.NewWorkerServiceClient(conn)
 
