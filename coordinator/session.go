@@ -486,7 +486,9 @@ func (c *Coordinator) unregister(s *session) {
 	c.log.Debug("worker stream ended", slog.String("worker_id", s.hello.workerID), slog.Int("leases_held", len(s.leases)))
 }
 
-// workers lists the streams of tenant on this coordinator.
+// workers lists the streams of tenant on this coordinator. Lock order:
+// c.mu, then each session's mu, released before the dispatcher's (which
+// takes a session's mu under its own).
 func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -500,7 +502,8 @@ func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 		s.mu.Unlock()
 		out = append(out, &leaseholdv1.WorkerInfo{
 			WorkerId: s.hello.workerID, Queues: s.hello.queues, Capacity: s.hello.capacity,
-			ActiveLeases: int32(n), Labels: s.hello.labels, Sdk: s.hello.sdk,
+			ActiveLeases: int32(n), Credits: int32(c.dispatcher.Credits(s.waiter)),
+			Labels: s.hello.labels, Sdk: s.hello.sdk,
 			ConnectedAt: timestamppb.New(s.connectedAt), CoordinatorId: c.cfg.ID,
 		})
 	}

@@ -442,12 +442,12 @@ func breakerRow(b *leaseholdv1.Breaker) []string {
 // workerHeader and workerRow are the columns of the worker listing. A
 // worker seen through unary calls only has no capacity, active leases,
 // labels or SDK to show ("-").
-var workerHeader = []string{"WORKER", "VIA", "QUEUES", "CAPACITY", "ACTIVE", "LABELS", "SDK", "CONNECTED", "LAST SEEN", "COORDINATOR"}
+var workerHeader = []string{"WORKER", "VIA", "QUEUES", "CAPACITY", "ACTIVE", "CREDITS", "LABELS", "SDK", "CONNECTED", "LAST SEEN", "COORDINATOR"}
 
 func workerRow(w *leaseholdv1.WorkerInfo) []string {
-	via, capacity, active := "stream", strconv.Itoa(int(w.GetCapacity())), strconv.Itoa(int(w.GetActiveLeases()))
+	via, capacity, active, credits := "stream", strconv.Itoa(int(w.GetCapacity())), strconv.Itoa(int(w.GetActiveLeases())), strconv.Itoa(int(w.GetCredits()))
 	if w.GetTransport() == leaseholdv1.WorkerTransport_WORKER_TRANSPORT_UNARY {
-		via, capacity, active = "unary", "-", "-"
+		via, capacity, active, credits = "unary", "-", "-", "-"
 	}
 	return []string{
 		w.GetWorkerId(),
@@ -455,6 +455,7 @@ func workerRow(w *leaseholdv1.WorkerInfo) []string {
 		strings.Join(w.GetQueues(), ","),
 		capacity,
 		active,
+		credits,
 		formatLabels(w.GetLabels()),
 		cmp.Or(w.GetSdk(), "-"),
 		formatTime(w.GetConnectedAt()),

@@ -24,12 +24,21 @@ func TestWorkerListShowsUnaryWorkersAndLabels(t *testing.T) {
 	}
 	w := h.startExec("--queue", "thumbs", "--worker-id", "exec-labelled", "--label", "zone=b", "--label", "host=h1", "--", "true")
 	defer w.stop(t)
-	// The stream is registered once the worker's Hello is answered; its
-	// log says it started before that, so wait for it in the listing.
+	// The stream is registered once the worker's Hello is answered, and
+	// its credit follows the Welcome; its log says it started before
+	// either, so wait for both in the listing.
 	var resp leaseholdv1.ListWorkersResponse
+	granted := func() bool {
+		for _, wi := range resp.GetWorkers() {
+			if wi.GetWorkerId() == "exec-labelled" && wi.GetCredits() == 1 {
+				return true
+			}
+		}
+		return false
+	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		h.json(&resp, "worker", "list")
-		if len(resp.GetWorkers()) == 2 || time.Now().After(deadline) {
+		if len(resp.GetWorkers()) == 2 && granted() || time.Now().After(deadline) {
 			break
 		}
 		select {
@@ -56,9 +65,9 @@ func TestWorkerListShowsUnaryWorkersAndLabels(t *testing.T) {
 		t.Fatalf("worker list table:\n%s", r.stdout)
 	}
 	for _, want := range [][]string{
-		{"WORKER", "VIA", "QUEUES", "CAPACITY", "ACTIVE", "LABELS", "SDK", "CONNECTED", "LAST SEEN", "COORDINATOR"},
-		{"exec-labelled", "stream", "thumbs", "1", "0", "host=h1,zone=b", "leasehold-go/"},
-		{"script-1", "unary", "reports,emails", "-", "-", "-", "-"},
+		{"WORKER", "VIA", "QUEUES", "CAPACITY", "ACTIVE", "CREDITS", "LABELS", "SDK", "CONNECTED", "LAST SEEN", "COORDINATOR"},
+		{"exec-labelled", "stream", "thumbs", "1", "0", "1", "host=h1,zone=b", "leasehold-go/"},
+		{"script-1", "unary", "reports,emails", "-", "-", "-", "-", "-"},
 	} {
 		line := strings.Join(strings.Fields(lines[slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, want[0]) })]), " ")
 		if !strings.HasPrefix(line, strings.Join(want, " ")) {

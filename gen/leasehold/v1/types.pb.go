@@ -2322,7 +2322,14 @@ type WorkerInfo struct {
 	Transport WorkerTransport `protobuf:"varint,9,opt,name=transport,proto3,enum=leasehold.v1.WorkerTransport" json:"transport,omitempty"`
 	// When the coordinator last heard from the worker: now for an open
 	// stream, the last unary call otherwise.
-	LastSeenAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
+	LastSeenAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_seen_at,json=lastSeenAt,proto3" json:"last_seen_at,omitempty"`
+	// Leases the coordinator may still push on the stream: credits the
+	// worker granted that no pushed lease has spent yet (at most capacity).
+	// An idle stream shows its whole capacity here; a stream with free
+	// capacity and few credits is a worker that has not granted it. Zero for
+	// a unary worker, and from a coordinator without the "worker_credits"
+	// capability (GetVersion).
+	Credits       int32 `protobuf:"varint,11,opt,name=credits,proto3" json:"credits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2425,6 +2432,13 @@ func (x *WorkerInfo) GetLastSeenAt() *timestamppb.Timestamp {
 		return x.LastSeenAt
 	}
 	return nil
+}
+
+func (x *WorkerInfo) GetCredits() int32 {
+	if x != nil {
+		return x.Credits
+	}
+	return 0
 }
 
 var File_leasehold_v1_types_proto protoreflect.FileDescriptor
@@ -2604,7 +2618,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\bsequence\x18\x02 \x01(\x03R\bsequence\x122\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x1e.leasehold.v1.BreakerEventTypeR\x04type\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\tR\x04data\"\xee\x03\n" +
+	"\x04data\x18\x05 \x01(\tR\x04data\"\x88\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -2618,7 +2632,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\ttransport\x18\t \x01(\x0e2\x1d.leasehold.v1.WorkerTransportR\ttransport\x12<\n" +
 	"\flast_seen_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"lastSeenAt\x1a9\n" +
+	"lastSeenAt\x12\x18\n" +
+	"\acredits\x18\v \x01(\x05R\acredits\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*J\n" +
