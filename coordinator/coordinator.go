@@ -344,7 +344,7 @@ func (c *Coordinator) leased(jobs []store.ClaimedJob) {
 func (c *Coordinator) reaped(res store.ReapResult) {
 	for _, j := range res.Jobs {
 		c.activity.ended(j.State)
-		c.leaseEnded(j.Tenant, j.LeaseOwner, j.ID)
+		c.leaseEnded(j.Tenant, j)
 	}
 	for _, q := range res.Requeued {
 		c.dispatcher.Wake(q.Tenant, q.Queue)
@@ -363,10 +363,11 @@ func (c *Coordinator) holder(tenant, worker string) *session {
 }
 
 // leaseEnded tells the stream of the lease's owner, if it is on this
-// coordinator, that it no longer holds the job.
-func (c *Coordinator) leaseEnded(tenant, owner, jobID string) {
-	if s := c.holder(tenant, owner); s != nil {
-		s.forget(jobID)
+// coordinator, that it no longer holds the job's lease of job's
+// generation (a job that ended keeps the generation of its last lease).
+func (c *Coordinator) leaseEnded(tenant string, job *store.Job) {
+	if s := c.holder(tenant, job.LeaseOwner); s != nil {
+		s.forget(job.ID, job.LeaseGeneration)
 	}
 }
 

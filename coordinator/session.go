@@ -140,10 +140,14 @@ func (s *session) isBacklogged() bool {
 	return s.backlogged
 }
 
-// forget stops counting a lease the stream no longer holds.
-func (s *session) forget(jobID string) {
+// forget stops counting a lease the stream no longer holds. Only that
+// generation: the end of an older lease, applied late, must not forget
+// the job's newer lease pushed to the same stream meanwhile.
+func (s *session) forget(jobID string, generation int64) {
 	s.mu.Lock()
-	delete(s.leases, jobID)
+	if t, ok := s.leases[jobID]; ok && t.Generation == generation {
+		delete(s.leases, jobID)
+	}
 	s.mu.Unlock()
 	// Room under the capacity may let more credits through.
 	s.c.dispatcher.Ready(s.waiter)
@@ -155,7 +159,7 @@ func (s *session) reportReceived(tok store.LeaseToken) {
 	s.mu.Lock()
 	s.reporting[tok.JobID] = tok.Generation
 	s.mu.Unlock()
-	s.forget(tok.JobID)
+	s.forget(tok.JobID, tok.Generation)
 }
 
 // reportApplied ends what reportReceived began, once the report's

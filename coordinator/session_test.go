@@ -148,3 +148,103 @@ func closeOnce(ch chan struct{}) {
 		close(ch)
 	}
 }
+
+// releaseGatedStore holds the answer of a stream's Release of one job,
+// after its commit, until releaseGo: the job is queued again meanwhile.
+type releaseGatedStore struct {
+	store.Store
+	job       string
+	released  chan struct{}
+	releaseGo chan struct{}
+}
+
+func (g *releaseGatedStore) ApplyReports(ctx context.Context, reports []store.Report) ([]store.ReportResult, error) {
+	res, err := g.Store.ApplyReports(ctx, reports)
+	for _, r := range reports {
+		if r.Kind == store.ReportRelease && r.Token.JobID == g.job {
+			close(g.released)
+			<-g.releaseGo
+		}
+	}
+	return res, err
+}
+
+// TestTheEndOfAnOldLeaseDoesNotForgetTheNewOne: a worker releases a job
+// on its stream and, before the release's answer is applied, the job is
+// pushed to the same stream again under the next generation. The end of
+// the old lease must not stop the stream counting the new one, or the
+// stream would hold more leases than its capacity says.
+func TestTheEndOfAnOldLeaseDoesNotForgetTheNewOne(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := st.CreateJobs(ctx, store.CreateJobsParams{Tenant: TenantDefault, Requests: []store.CreateRequest{
+		{Spec: store.JobSpec{Queue: "q", Kind: "k"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &releaseGatedStore{Store: st, job: created[0].Job.ID, released: make(chan struct{}), releaseGo: make(chan struct{})}
+	c, err := New(Config{Store: g, PollInterval: 20 * time.Millisecond, ShutdownGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, c)
+	t.Cleanup(func() { closeOnce(g.releaseGo) })
+
+	stream, err := leaseholdv1.NewWorkerServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(m *leaseholdv1.ConnectRequest) {
+		t.Helper()
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	credit := &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Credit{Credit: &leaseholdv1.CreditGrant{Credits: 1}}}
+	send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+		WorkerId: "w", Queues: []string{"q"}, Capacity: 1}}})
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	send(credit)
+	m, err := stream.Recv()
+	if err != nil || m.GetLease() == nil {
+		t.Fatalf("want a lease, got %v (%v)", m, err)
+	}
+	first := m.GetLease().GetToken()
+
+	send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Release{Release: &leaseholdv1.ReleaseRequest{Token: first}}})
+	send(credit)
+	select {
+	case <-g.released: // committed; its answer waits
+	case <-ctx.Done():
+		t.Fatal("the release never committed")
+	}
+	m, err = stream.Recv()
+	if err != nil || m.GetLease() == nil {
+		t.Fatalf("want the job leased again, got %v (%v)", m, err)
+	}
+	if second := m.GetLease().GetToken(); second.GetJobId() != first.GetJobId() || second.GetLeaseGeneration() != first.GetLeaseGeneration()+1 {
+		t.Fatalf("pushed %s generation %d, want %s generation %d", second.GetJobId(), second.GetLeaseGeneration(), first.GetJobId(), first.GetLeaseGeneration()+1)
+	}
+	close(g.releaseGo)
+	m, err = stream.Recv()
+	if err != nil || m.GetReportResult() == nil {
+		t.Fatalf("want the release's answer, got %v (%v)", m, err)
+	}
+	if code := m.GetReportResult().GetCode(); code != 0 {
+		t.Fatalf("the release was answered with code %d: %s", code, m.GetReportResult().GetMessage())
+	}
+	for _, w := range c.workers(TenantDefault) {
+		if w.GetActiveLeases() != 1 {
+			t.Fatalf("the stream of %s holds %d leases while its worker holds generation %d, want 1",
+				w.GetWorkerId(), w.GetActiveLeases(), first.GetLeaseGeneration()+1)
+		}
+	}
+}

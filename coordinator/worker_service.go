@@ -252,7 +252,7 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 func (c *Coordinator) finished(ctx context.Context, tenant string, job *store.Job) {
 	c.activity.ended(job.State)
 	c.metrics.jobEnded(ctx, tenant, job)
-	c.leaseEnded(tenant, job.LeaseOwner, job.ID)
+	c.leaseEnded(tenant, job)
 	c.watches.notify(tenant, job.ID)
 	if job.State == store.JobStateQueued {
 		c.dispatcher.Wake(tenant, job.Queue)
