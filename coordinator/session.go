@@ -43,18 +43,19 @@ type session struct {
 	reportSlots chan struct{}
 	reports     sync.WaitGroup
 
-	mu         sync.Mutex // guards out, outBytes, backlogged, leases, reporting, closed, draining
+	mu         sync.Mutex // guards out, outBytes, backlogged, leases, renewing, renewalEnds, closed, draining
 	out        []*leaseholdv1.ConnectResponse
 	outBytes   int                         // proto size of out
 	backlogged bool                        // out passed the soft bound: no claims for this stream
 	leases     map[string]store.LeaseToken // job id → token held through this stream
-	// reporting is the job id → lease generation of each report received
-	// on this stream and not yet committed (or failed). A heartbeat renewal
-	// of such a lease must not count it as held again: see heartbeat.
-	reporting map[string]int64
-	closed    bool          // the stream is ending: nothing more is queued
-	draining  bool          // Drain was sent: no more leases
-	signal    chan struct{} // capacity 1: out has messages
+	// renewing is set while a heartbeat's renewal runs (the receiver runs
+	// one at a time), and renewalEnds collects the leases (job id →
+	// generation) whose end was applied meanwhile: see heartbeat.
+	renewing    bool
+	renewalEnds map[string]int64
+	closed      bool          // the stream is ending: nothing more is queued
+	draining    bool          // Drain was sent: no more leases
+	signal      chan struct{} // capacity 1: out has messages
 }
 
 // Bounds of a session's outbound queue. Past the soft bounds the
@@ -148,28 +149,15 @@ func (s *session) forget(jobID string, generation int64) {
 	if t, ok := s.leases[jobID]; ok && t.Generation == generation {
 		delete(s.leases, jobID)
 	}
+	if s.renewing {
+		if s.renewalEnds == nil {
+			s.renewalEnds = map[string]int64{}
+		}
+		s.renewalEnds[jobID] = generation
+	}
 	s.mu.Unlock()
 	// Room under the capacity may let more credits through.
 	s.c.dispatcher.Ready(s.waiter)
-}
-
-// reportReceived stops counting a lease whose holder reported it on this
-// stream, and remembers the report until it is committed (reportApplied).
-func (s *session) reportReceived(tok store.LeaseToken) {
-	s.mu.Lock()
-	s.reporting[tok.JobID] = tok.Generation
-	s.mu.Unlock()
-	s.forget(tok.JobID, tok.Generation)
-}
-
-// reportApplied ends what reportReceived began, once the report's
-// transaction has committed or failed.
-func (s *session) reportApplied(tok store.LeaseToken) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reporting[tok.JobID] == tok.Generation {
-		delete(s.reporting, tok.JobID)
-	}
 }
 
 // drain queues Drain and stops new leases.
@@ -230,7 +218,6 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		ctx:         sctx, cancel: cancel,
 		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
-		reporting:   make(map[string]int64),
 		signal:      make(chan struct{}, 1),
 		reportSlots: make(chan struct{}, streamReportsMax),
 	}
@@ -366,7 +353,7 @@ func (s *session) handle(m *leaseholdv1.ConnectRequest) (stop bool, err error) {
 		// the stream's capacity while its outcome commits. (If the
 		// commit fails the worker reports again, unary; the worker
 		// itself never runs more handlers than its capacity.)
-		s.reportReceived(r.rep.Token)
+		s.forget(r.rep.Token.JobID, r.rep.Token.Generation)
 		s.reports.Add(1)
 		go s.report(r)
 		return false, nil
@@ -401,32 +388,28 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 	if err != nil {
 		return toStatus(s.ctx, c.log, err)
 	}
-	// A lease this stream reported before this heartbeat is no longer
-	// held here, even if the renewal commits before the report does: the
-	// report's own end (c.finished, forgetting the lease) may then run
-	// before the renewal's answer is applied below, and counting the lease
-	// again would keep it held here for good, shrinking the stream's room
-	// for leases (Held) one report at a time. Which reports came first is
-	// known now, before the renewal: the receiver reads the stream in order.
-	var reported map[string]bool
+	// A lease whose end (a report on this stream or a unary one, an
+	// expiry) is applied while the renewal runs may have been renewed
+	// just before it ended: its end then forgot it before the renewal's
+	// answer is applied below, and counting it again would keep it held
+	// here for good, shrinking the stream's room for leases (Held) one
+	// report at a time. Every end is applied after its commit, so an end
+	// that is not applied by the time the renewal returns comes later and
+	// forgets the lease itself.
 	s.mu.Lock()
-	for _, t := range toks {
-		if g, ok := s.reporting[t.JobID]; ok && g == t.Generation {
-			if reported == nil {
-				reported = map[string]bool{}
-			}
-			reported[t.JobID] = true
-		}
-	}
+	s.renewing = true
 	s.mu.Unlock()
 	var results []store.RenewResult
 	if len(toks) > 0 {
 		results, err = c.store.Renew(s.ctx, store.RenewParams{Tenant: s.tenant, Tokens: toks, LeaseDuration: lease, Now: c.now()})
-		if err != nil {
-			return toStatus(s.ctx, c.log, err)
-		}
 	}
 	s.mu.Lock()
+	ended := s.renewalEnds
+	s.renewing, s.renewalEnds = false, nil
+	if err != nil {
+		s.mu.Unlock()
+		return toStatus(s.ctx, c.log, err)
+	}
 	defer s.mu.Unlock()
 	s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_HeartbeatResult{
 		HeartbeatResult: &leaseholdv1.HeartbeatResult{Results: toRenewResults(results)},
@@ -436,7 +419,9 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 	}
 	for _, r := range results {
 		if r.Status == store.RenewLost {
-			delete(s.leases, r.Token.JobID)
+			if t, ok := s.leases[r.Token.JobID]; ok && t.Generation == r.Token.Generation {
+				delete(s.leases, r.Token.JobID)
+			}
 			s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
 				LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
 			}})
@@ -445,7 +430,7 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		// A lease renewed through this stream is held here, even when it
 		// was claimed elsewhere (unary Claim, an earlier stream): cancel
 		// requests should reach it.
-		if !reported[r.Token.JobID] {
+		if g, ok := ended[r.Token.JobID]; !ok || g != r.Token.Generation {
 			s.leases[r.Token.JobID] = r.Token
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 
-// gatedStore orders a stream's Complete of one job against a heartbeat's
+// gatedStore orders a Complete of one job against a heartbeat's
 // renewal of the same lease: the Complete waits for reportGo before it is
 // applied, and the renewal, once committed, tells renewed and waits for
 // renewGo before its answer goes back to the stream.
@@ -245,6 +245,80 @@ func TestTheEndOfAnOldLeaseDoesNotForgetTheNewOne(t *testing.T) {
 		if w.GetActiveLeases() != 1 {
 			t.Fatalf("the stream of %s holds %d leases while its worker holds generation %d, want 1",
 				w.GetWorkerId(), w.GetActiveLeases(), first.GetLeaseGeneration()+1)
+		}
+	}
+}
+
+// TestAUnaryReportDuringARenewalDoesNotHoldTheLeaseAgain: a worker that
+// holds its leases through a stream but reports through the unary calls
+// (the SDK's fallback, and any worker whose language has no stream
+// reports) completes a job while a heartbeat renews the same lease. The
+// renewal commits first; the Complete commits and ends the lease before the
+// renewal's answer is applied. The stream must hold nothing afterwards.
+func TestAUnaryReportDuringARenewalDoesNotHoldTheLeaseAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: sqlitetest.Path(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := st.CreateJobs(ctx, store.CreateJobsParams{Tenant: TenantDefault, Requests: []store.CreateRequest{
+		{Spec: store.JobSpec{Queue: "q", Kind: "k"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedStore{Store: st, job: created[0].Job.ID,
+		reportGo: make(chan struct{}), renewed: make(chan struct{}), renewGo: make(chan struct{})}
+	close(g.reportGo) // only the renewal waits
+	c, err := New(Config{Store: g, PollInterval: 20 * time.Millisecond, ShutdownGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, c)
+	t.Cleanup(func() { closeOnce(g.renewGo) })
+
+	api := leaseholdv1.NewWorkerServiceClient(conn)
+	stream, err := api.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(m *leaseholdv1.ConnectRequest) {
+		t.Helper()
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+		WorkerId: "w", Queues: []string{"q"}, Capacity: 1}}})
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("welcome: %v", err)
+	}
+	send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Credit{Credit: &leaseholdv1.CreditGrant{Credits: 1}}})
+	m, err := stream.Recv()
+	if err != nil || m.GetLease() == nil {
+		t.Fatalf("want a lease, got %v (%v)", m, err)
+	}
+	tok := m.GetLease().GetToken()
+
+	send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Heartbeat{Heartbeat: &leaseholdv1.Heartbeat{
+		Tokens: []*leaseholdv1.LeaseToken{tok}}}})
+	select {
+	case <-g.renewed: // committed; its answer waits
+	case <-ctx.Done():
+		t.Fatal("the heartbeat's renewal never ran")
+	}
+	if _, err := api.Complete(ctx, &leaseholdv1.CompleteRequest{Token: tok}); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	close(g.renewGo)
+	if m, err := stream.Recv(); err != nil || m.GetHeartbeatResult() == nil {
+		t.Fatalf("want the heartbeat's answer, got %v (%v)", m, err)
+	}
+	for _, w := range c.workers(TenantDefault) {
+		if w.GetActiveLeases() != 0 {
+			t.Fatalf("the stream of %s holds %d leases after its only job was completed, want 0", w.GetWorkerId(), w.GetActiveLeases())
 		}
 	}
 }

@@ -82,7 +82,6 @@ func (s *session) report(r streamReport) {
 	c := s.c
 	r.rep.Now = c.now()
 	res, err := c.store.ApplyReports(s.ctx, []store.Report{r.rep})
-	s.reportApplied(r.rep.Token)
 	if err == nil {
 		err = res[0].Err
 	}
