@@ -363,8 +363,8 @@ func (c *Coordinator) holder(tenant, worker string) *session {
 }
 
 // leaseEnded tells the stream of the lease's owner, if it is on this
-// coordinator, that it no longer holds the job's lease of job's
-// generation (a job that ended keeps the generation of its last lease).
+// coordinator, that the job's lease ended: the one of job.LeaseGeneration,
+// which a job keeps after its last lease ends.
 func (c *Coordinator) leaseEnded(tenant string, job *store.Job) {
 	if s := c.holder(tenant, job.LeaseOwner); s != nil {
 		s.forget(job.ID, job.LeaseGeneration)
