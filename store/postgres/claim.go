@@ -30,9 +30,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) ([]store.Claimed
 
 // ClaimMany implements store.Store:
 //
-//  1. qClaimMany selects (FOR UPDATE SKIP LOCKED), leases and records the
-//     LEASED events in one statement, each job going to the waiter of its
-//     slot (store.ClaimSlots). Alone it commits by itself: one round trip.
+//  1. One statement (qClaimPlain; qClaimMany when a queue's keys are
+//     limited) selects (FOR UPDATE SKIP LOCKED), leases and records the
+//     LEASED events, each job going to the waiter of its slot
+//     (store.ClaimSlots). Alone it commits by itself: one round trip.
 //  2. Only when a queue has a concurrency limit, a transaction first locks
 //     each such queue with an advisory lock, in sorted order, and counts
 //     its unexpired leases, so that two claimers never exceed the limit
@@ -116,7 +117,7 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	return out, nil
 }
 
-// claimSlotArgs are qClaimMany's owner and lease of each slot
+// claimSlotArgs are the claim statement's owner and lease of each slot
 // (store.ClaimSlots).
 func claimSlotArgs(p store.ClaimManyParams) (owners []string, leases []int64) {
 	slots := store.ClaimSlots(p.Waiters)
@@ -304,19 +305,19 @@ type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// claimRound is one claim round: qClaimMany (skipping jobs held by
-// breakers) pipelined with qGateBreakers, which says whether a breaker of
+// claimRound is one claim round: the claim statement (skipping jobs held
+// by breakers) pipelined with qGateBreakers, which says whether a breaker of
 // the tenant is not closed and so might be due for probes, and the
 // instant that was judged at.
 func claimRound(ctx context.Context, q batcher, p store.ClaimManyParams, queues []string,
 	policies map[store.QueueRef]store.QueuePolicy, st *limitState, owners []string, leases []int64,
 ) (recs []*jobRecord, gate []store.Breaker, at time.Time, err error) {
-	args := claimArgs(p, queues, policies, st, owners, leases, "")
-	if args == nil {
+	query, args := claimArgs(p, queues, policies, st, owners, leases, "")
+	if query == "" {
 		return nil, nil, time.Time{}, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(qClaimMany, args...)
+	b.Queue(query, args...)
 	b.Queue(qGateBreakers, p.Tenant, nowArg(p.Now))
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
@@ -341,28 +342,31 @@ func claimRound(ctx context.Context, q batcher, p store.ClaimManyParams, queues 
 	return recs, gate, at.UTC(), br.Close()
 }
 
-// claimStatement runs qClaimMany for the open queues and returns the
+// claimStatement runs the claim statement for the open queues and returns the
 // leased rows; probe, when set, takes only that dependency's jobs.
 func claimStatement(ctx context.Context, q querier, p store.ClaimManyParams, queues []string,
 	policies map[store.QueueRef]store.QueuePolicy, st *limitState, owners []string, leases []int64, probe string) ([]*jobRecord, error) {
-	args := claimArgs(p, queues, policies, st, owners, leases, probe)
-	if args == nil {
+	query, args := claimArgs(p, queues, policies, st, owners, leases, probe)
+	if query == "" {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, qClaimMany, args...)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	return collect(rows, func(r pgx.Row) (*jobRecord, error) { return scanJob(r) })
 }
 
-// claimArgs are qClaimMany's arguments for the open queues (not paused,
-// with room under their limits given what st counted; see
-// store.DecideQueueRoom), or nil when no queue is open.
+// claimArgs is the claim statement and its arguments for the open queues
+// (not paused, with room under their limits given what st counted; see
+// store.DecideQueueRoom): qClaimPlain unless the claim is a probe or a
+// queue's keys are limited, then qClaimMany. The query is "" when no queue
+// is open.
 func claimArgs(p store.ClaimManyParams, queues []string, policies map[store.QueueRef]store.QueuePolicy,
-	st *limitState, owners []string, leases []int64, probe string) []any {
+	st *limitState, owners []string, leases []int64, probe string) (query string, args []any) {
 	total := len(owners)
 	var (
+		keyed                    bool
 		names                    []string
 		caps, fetches, keyRooms  []int32
 		defaultLeases, maxLeases []int64
@@ -383,6 +387,7 @@ func claimArgs(p store.ClaimManyParams, queues []string, policies map[store.Queu
 		}
 		names = append(names, name)
 		caps, fetches, keyRooms = append(caps, int32(room.Cap)), append(fetches, int32(room.Fetch)), append(keyRooms, int32(room.KeyRoom))
+		keyed = keyed || room.KeyRoom >= 0 || room.Fetch != room.Cap
 		defaultLeases = append(defaultLeases, int64(pol.LeaseFor(0)))
 		maxLeases = append(maxLeases, int64(pol.LeaseFor(store.LeaseDurationMax)))
 		for _, k := range slices.Sorted(maps.Keys(room.Keys)) {
@@ -390,10 +395,13 @@ func claimArgs(p store.ClaimManyParams, queues []string, policies map[store.Queu
 		}
 	}
 	if len(names) == 0 {
-		return nil
+		return "", nil
 	}
-	return []any{p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total, probe,
-		fetches, keyRooms, roomQueues, roomKeys, roomVals}
+	args = []any{p.Tenant, names, caps, defaultLeases, maxLeases, owners, leases, nowArg(p.Now), total}
+	if probe == "" && !keyed {
+		return qClaimPlain, args
+	}
+	return qClaimMany, append(args, probe, fetches, keyRooms, roomQueues, roomKeys, roomVals)
 }
 
 // claimedJobs turns leased rows into claims in claim order, with the

@@ -90,6 +90,12 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	if !strings.Contains(text, "InitPlan") {
 		t.Errorf("the claim query does not read the breaker gate once per statement:\n%s", text)
 	}
+	text = explain("plain claim query", postgres.ClaimPlainQuery,
+		"t1", []string{"emails", "reports"}, []int32{10, 10}, []int64{lease, lease}, []int64{lease, lease},
+		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2)
+	if !strings.Contains(text, "Index Scan using jobs_claim_idx") || !strings.Contains(text, "InitPlan") {
+		t.Errorf("the plain claim query does not walk jobs_claim_idx in order with the breaker gate read once:\n%s", text)
+	}
 	text = explain("probe claim query", postgres.ClaimQuery,
 		"t1", []string{"emails"}, []int32{2}, []int64{lease}, []int64{lease},
 		[]string{"worker-1", "worker-2"}, []int64{0, 0}, now, 2, "payments-api",

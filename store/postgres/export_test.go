@@ -22,6 +22,7 @@ func Channel(s *Store) string { return s.channel }
 // The exact statements ClaimMany and ReapExpired run, for EXPLAIN.
 const (
 	ClaimQuery       = qClaimMany
+	ClaimPlainQuery  = qClaimPlain
 	LockExpiredQuery = qLockExpired
 	NextExpiryQuery  = qNextExpiry
 )

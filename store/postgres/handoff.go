@@ -83,8 +83,8 @@ func (s *Store) runHandoff(ctx context.Context, tx *lazyTx,
 		}
 		queues := slices.Compact(slices.Sorted(slices.Values(c.claim.Queues)))
 		owners, leases := claimSlotArgs(c.claim)
-		if args := claimArgs(c.claim, queues, policies, nil, owners, leases, ""); args != nil {
-			b.Queue(qClaimMany, args...)
+		if query, args := claimArgs(c.claim, queues, policies, nil, owners, leases, ""); query != "" {
+			b.Queue(query, args...)
 			runs = append(runs, c.call)
 		}
 	}
