@@ -1,13 +1,43 @@
 package postgres_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 )
+
+// explainPlan returns PostgreSQL's plan for query with args, and fails the
+// test if the plan scans the jobs table sequentially.
+func explainPlan(t *testing.T, pool *pgxpool.Pool, what, query string, args ...any) string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), "EXPLAIN "+query, args...)
+	if err != nil {
+		t.Fatalf("explain the %s: %v", what, err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("explain the %s: %v", what, err)
+	}
+	text := strings.Join(plan, "\n")
+	t.Logf("%s plan:\n%s", what, text)
+	if strings.Contains(text, "Seq Scan on jobs") {
+		t.Fatalf("the %s scans the jobs table sequentially:\n%s", what, text)
+	}
+	return text
+}
 
 // TestClaimUsesIndexAtScale plans the exact statement Claim runs on a table
 // with 100,000 queued jobs in the claimed queue and many more finished,
@@ -55,27 +85,7 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	// The arguments Claim passes for a claim of 10 from two queues.
 	explain := func(what, query string, args ...any) string {
 		t.Helper()
-		rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
-		if err != nil {
-			t.Fatalf("explain the %s: %v", what, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("explain the %s: %v", what, err)
-		}
-		text := strings.Join(plan, "\n")
-		t.Logf("%s plan:\n%s", what, text)
-		if strings.Contains(text, "Seq Scan on jobs") {
-			t.Fatalf("the %s scans the jobs table sequentially:\n%s", what, text)
-		}
-		return text
+		return explainPlan(t, pool, what, query, args...)
 	}
 	lease := int64(30 * time.Second)
 	text := explain("claim query", postgres.ClaimQuery,
@@ -132,5 +142,52 @@ func TestClaimUsesIndexAtScale(t *testing.T) {
 	// first, so the first one is the largest g ≡ 6 (mod 7) ≤ 100,000.
 	if want := "q-99994"; got[0].Job.ID != want {
 		t.Errorf("first claimed job is %s, want %s (highest priority, then oldest)", got[0].Job.ID, want)
+	}
+}
+
+// TestLeaseStatementsProbeByKey plans the lease-bound statements of a report
+// batch (lock, leave, renew) on the table a drain leaves behind before
+// vacuum: 20,000 jobs that were all leased once, 64 still leased, never
+// analyzed, so jobs_leased_idx holds 20,000 entries of which 19,936 are
+// dead. Each token must be one primary-key probe: a plan through the leased
+// index reads every dead entry and its heap page, per batch.
+func TestLeaseStatementsProbeByKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := open(t, migrated(t), store.EngineOptions{})
+	pool := postgres.Pool(s)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const jobs, held = 20_000, 64
+	if _, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, queue, kind, state, max_attempts, attempts,
+		created_at, available_at, lease_owner, lease_generation, leased_at, lease_expires_at)
+	SELECT 't1', 'j-' || g, 'emails', 'k', 'leased', 5, 1, $1, $1, 'w', 1, $1, $1::timestamptz + interval '1 hour'
+	FROM generate_series(1, $2::int) g`, now, jobs); err != nil {
+		t.Fatalf("insert %d leased jobs: %v", jobs, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE jobs SET state = 'succeeded', lease_expires_at = NULL, finished_at = $1
+	WHERE substr(id, 3)::int > $2::int`, now, held); err != nil {
+		t.Fatalf("finish all but %d jobs: %v", held, err)
+	}
+
+	const n = 32
+	tenants, ids, owners := make([]string, n), make([]string, n), make([]string, n)
+	gens, nows := make([]int64, n), make([]time.Time, n)
+	states, codes := make([]string, n), make([]string, n)
+	refunds, nevents := make([]int32, n), make([]int32, n)
+	flags, results := make([]bool, n), make([][]byte, n)
+	for i := range n {
+		tenants[i], ids[i], owners[i], gens[i], nows[i] = "t1", fmt.Sprint("j-", i+1), "w", 1, now
+		states[i], nevents[i] = "succeeded", 1
+	}
+	for what, args := range map[string][]any{
+		postgres.LockLeasesQuery: {tenants, ids, owners, gens, nows},
+		postgres.LeaveLeasesQuery: {tenants, ids, owners, gens, nows, states, nows, nows, refunds, results,
+			flags, codes, codes, flags, nevents, flags},
+		postgres.RenewLeasesQuery: {tenants, ids, owners, gens, nows, nows},
+	} {
+		text := explainPlan(t, pool, "lease statement", what, args...)
+		if strings.Contains(text, "jobs_leased_idx") || !strings.Contains(text, "Index Scan using jobs_pkey on jobs") {
+			t.Errorf("a lease statement does not probe jobs by primary key:\n%s\n%s", what, text)
+		}
 	}
 }

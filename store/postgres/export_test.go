@@ -27,6 +27,13 @@ const (
 	NextExpiryQuery  = qNextExpiry
 )
 
+// The lease-bound statements of a report batch, for EXPLAIN.
+const (
+	LockLeasesQuery  = qLockLeases
+	LeaveLeasesQuery = qLeaveLeases
+	RenewLeasesQuery = qRenewLeases
+)
+
 // Cursor codec.
 var (
 	EncodeCursor = func(at time.Time, id string) string { return encodeCursor(cursor{at: at, id: id}) }

@@ -486,6 +486,14 @@ const (
 	// same order and never deadlock. A token whose fence does not hold
 	// returns no row. Each row carries its 1-based position in the arrays,
 	// the instant it was judged at and the job's latest checkpoint.
+	//
+	// The lease-bound statements below name no state: an unexpired (or,
+	// for the reaper, an expired) lease_expires_at is a held lease, since
+	// jobs_lease_check ties it to state = 'leased'. Naming the state lets
+	// the planner read every lease through jobs_leased_idx, a bitmap scan
+	// over one entry per lease ever taken until vacuum removes them; keyed
+	// by (tenant, id) alone, each token is one primary-key probe (a 32-
+	// token lock: 2.0 ms → 0.37 ms with 20,000 dead entries).
 	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
 		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
@@ -496,7 +504,7 @@ const (
 		FROM job_checkpoints cp WHERE cp.tenant = j.tenant AND cp.job_id = j.id
 		ORDER BY cp.seq DESC LIMIT 1
 	) c ON true
-	WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
+	WHERE j.lease_owner = r.owner AND j.lease_generation = r.generation
 	  AND j.lease_expires_at > coalesce(r.now, now())
 	ORDER BY j.tenant, j.id
 	FOR UPDATE OF j`
@@ -538,7 +546,7 @@ const (
 		$13::text[], $14::bool[], $15::int[], $16::bool[])
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
 		     set_error, code, message, retryable, nevents, expired)
-	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
 	  AND j.lease_generation = u.generation
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
@@ -565,7 +573,7 @@ const (
 	qRenewLeases = `UPDATE jobs j SET lease_expires_at = u.expires
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
 		AS u(tenant, id, owner, generation, now, expires)
-	WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased' AND j.lease_owner = u.owner
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
 	  AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`
 )
 
