@@ -90,19 +90,20 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	}
 	fresh := map[string]int{}
 	for _, r := range res {
-		if r.Replayed {
-			c.activity.replayed.Add(1)
-			continue
+		if !r.Replayed {
+			fresh[r.Job.Queue]++
 		}
-		c.activity.created.Add(1)
-		c.metrics.jobCreated(ctx, tenant, r.Job.Queue, 1)
-		fresh[r.Job.Queue]++
 	}
+	created := 0
 	for q, n := range fresh {
+		created += n
+		c.metrics.jobCreated(ctx, tenant, q, n)
 		if handed[q] < n {
 			c.dispatcher.Wake(tenant, q)
 		}
 	}
+	c.activity.created.Add(int64(created))
+	c.activity.replayed.Add(int64(len(res) - created))
 	return res, nil
 }
 

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -116,6 +117,41 @@ func FuzzFingerprint(f *testing.F) {
 			if store.Fingerprint(other) == a {
 				t.Fatalf("priority %d and 0 hash alike", prio)
 			}
+		}
+	})
+}
+
+// eventDataOracle is EventData's rule as json.Marshal states it: a map of
+// the pairs, times as RFC 3339 strings in UTC.
+func eventDataOracle(kv ...any) string {
+	m := map[string]any{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if t, ok := kv[i+1].(time.Time); ok {
+			m[kv[i].(string)] = t.UTC().Format(time.RFC3339Nano)
+			continue
+		}
+		m[kv[i].(string)] = kv[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func FuzzEventData(f *testing.F) {
+	f.Add("worker_id", "w-1", "attempt", int64(3), "retryable", true, "error_message", "x", int64(0))
+	f.Add("b", "<a href=\"x\">&</a>", "a", int64(-9), "b", false, "é\u2028", "\x00\xff\\", int64(1700000000123456789))
+	f.Add("", "", "", int64(0), "", true, "", "", int64(0))
+	f.Fuzz(func(t *testing.T, k1, s1, k2 string, n int64, k3 string, ok bool, k4, s4 string, nanos int64) {
+		kv := []any{k1, s1, k2, n, k3, ok, k4, s4, "at", time.Unix(0, nanos).In(time.FixedZone("x", 3600)),
+			"n32", int32(n), "int", int(n), "f", 0.5, "list", []string{s1, s4}}
+		got, want := store.EventData(kv...), eventDataOracle(kv...)
+		if got != want {
+			t.Fatalf("EventData(%q)\n got %s\nwant %s", kv, got, want)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Fatalf("EventData(%q) = %s: not JSON", kv, got)
 		}
 	})
 }

@@ -1,10 +1,6 @@
 package store
 
-import (
-	"encoding/json"
-	"fmt"
-	"time"
-)
+import "time"
 
 // Held is a leased job as a report's fence read it: the current,
 // unexpired lease of the report's token, locked for the report's
@@ -84,29 +80,6 @@ func (t Transition) Apply(job *Job, now time.Time) *Job {
 		j.LastError = &e
 	}
 	return &j
-}
-
-// eventJSON encodes event data: keys sorted (encoding/json sorts map
-// keys), times as RFC 3339 in UTC, so both engines store the same text.
-func eventJSON(kv ...any) string {
-	m := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		k, ok := kv[i].(string)
-		if !ok {
-			panic(fmt.Sprintf("store: event data key %v is not a string", kv[i]))
-		}
-		if t, ok := kv[i+1].(time.Time); ok {
-			m[k] = t.UTC().Format(time.RFC3339Nano)
-			continue
-		}
-		m[k] = kv[i+1]
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		// Only strings, numbers, booleans and times go in.
-		panic("store: unencodable event data: " + err.Error())
-	}
-	return string(b)
 }
 
 // EventData encodes event details as a JSON object from key, value pairs,
