@@ -62,6 +62,11 @@ func appendJSONValue(b []byte, v any) []byte {
 	case int64:
 		return strconv.AppendInt(b, v, 10)
 	}
+	return appendMarshaled(b, v)
+}
+
+// appendMarshaled appends json.Marshal's encoding of v.
+func appendMarshaled(b []byte, v any) []byte {
 	enc, err := json.Marshal(v)
 	if err != nil {
 		// Only strings, numbers, booleans and times go in.
@@ -77,8 +82,7 @@ func appendJSONValue(b []byte, v any) []byte {
 func appendJSONString(b []byte, s string) []byte {
 	for i := range len(s) {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			enc, _ := json.Marshal(s) // a string always encodes
-			return append(b, enc...)
+			return appendMarshaled(b, s)
 		}
 	}
 	b = append(b, '"')
