@@ -99,7 +99,7 @@ test: $(BIN)/grpcurl ensure-test-db
 ## ensure-test-db: create the database of LEASEHOLD_TEST_DATABASE_URL when
 ## the server has none (no psql needed).
 ensure-test-db:
-	go run ./internal/pgtest/cmd/ensuredb
+	go run ./internal/testkit/pgtest/cmd/ensuredb
 
 ## run: start the coordinator on the embedded SQLite default.
 run:

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/sqlitetest"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/store/sqlite"
 )
 

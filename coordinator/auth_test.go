@@ -29,7 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 	"github.com/leasehold/leasehold/worker"

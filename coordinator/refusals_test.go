@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 )
 
 // wantRefusal checks that err is a refusal with reason and a RetryInfo

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // The abuse suite: one misbehaving client at a time against a real

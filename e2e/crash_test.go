@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // SIGKILL while workers report completions through the group committer: a

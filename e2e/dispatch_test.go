@@ -14,8 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/worker"
 )

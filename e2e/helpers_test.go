@@ -15,7 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // clients bundles the three service clients of one connection.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // SIGTERM while producers create jobs concurrently: the binary exits 0,

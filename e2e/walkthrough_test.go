@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // walkthroughAddr is where the README walkthrough expects the coordinator:

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // A WatchJob on one coordinator wakes for a change made through another

@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
-	"github.com/leasehold/leasehold/internal/testcert"
+	"github.com/leasehold/leasehold/internal/testkit/testcert"
 )
 
 // authInfo is a connection's AuthInfo at a given security level.

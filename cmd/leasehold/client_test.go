@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testlog"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 func TestMain(m *testing.M) {

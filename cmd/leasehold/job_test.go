@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 )
 
 // missingJobID is a well-formed job id (UUIDv7) that no test creates.

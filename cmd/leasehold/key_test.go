@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
 

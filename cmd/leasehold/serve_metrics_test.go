@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // scrape reads url and parses it with Prometheus' own text parser, as a

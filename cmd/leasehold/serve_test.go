@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 )
 
 // serveRun is `leasehold serve` running in-process until cancel.

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/otlptest"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/otlptest"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )
 
 // TestServeExportsTracesOverOTLP runs the real binary with the standard

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/testlog"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testkit/sqlitetest"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
 

@@ -35,9 +35,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/testcert"
-	"github.com/leasehold/leasehold/internal/testlog"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/internal/testkit/testcert"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
 

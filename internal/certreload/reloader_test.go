@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/certreload"
-	"github.com/leasehold/leasehold/internal/testcert"
+	"github.com/leasehold/leasehold/internal/testkit/testcert"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

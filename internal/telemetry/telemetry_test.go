@@ -17,7 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
-	"github.com/leasehold/leasehold/internal/otlptest"
+	"github.com/leasehold/leasehold/internal/testkit/otlptest"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 

@@ -3,7 +3,7 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/storetest"

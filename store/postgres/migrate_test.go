@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"

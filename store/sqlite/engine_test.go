@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testkit/sqlitetest"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/sqlite"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/internal/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 )
 
 // TestMonitor needs PostgreSQL and fails, never skips, without it. Other

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 )
 
 // processStartTimeout bounds how long a started binary may take to report
@@ -80,10 +80,10 @@ func buildBinary() (string, error) {
 	return path, nil
 }
 
-// moduleRoot is the repository root: two directories above this file.
+// moduleRoot is the repository root: three directories above this file.
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // Process is a `leasehold serve` process.

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/internal/pgtest"
-	"github.com/leasehold/leasehold/internal/sqlitetest"
-	"github.com/leasehold/leasehold/internal/testlog"
+	"github.com/leasehold/leasehold/internal/testkit/pgtest"
+	"github.com/leasehold/leasehold/internal/testkit/sqlitetest"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/store"
 	"github.com/leasehold/leasehold/store/postgres"
 	"github.com/leasehold/leasehold/store/sqlite"
