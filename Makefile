@@ -37,7 +37,7 @@ BENCH_FLAGS ?=
 # "context deadline exceeded" at the end (go.dev/issue/75804).
 FUZZTIME ?= 20000x
 
-.PHONY: all tools grpcurl generate lint breaking build test ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
+.PHONY: all tools grpcurl generate lint breaking build test test-long ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
 
 all: lint build test
 
@@ -95,6 +95,11 @@ build:
 ## database is created when missing).
 test: $(BIN)/grpcurl ensure-test-db
 	go test $(GO_TEST_FLAGS) ./...
+
+## test-long: the long end-to-end scenarios (build tag `long`, names
+## TestLong*), run by .ci/run after make test.
+test-long: $(BIN)/grpcurl ensure-test-db
+	go test $(GO_TEST_FLAGS) -tags long -run '^TestLong' -timeout 30m ./...
 
 ## ensure-test-db: create the database of LEASEHOLD_TEST_DATABASE_URL when
 ## the server has none (no psql needed).

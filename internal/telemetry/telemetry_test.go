@@ -17,8 +17,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
-	"github.com/leasehold/leasehold/internal/testkit/otlptest"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testkit/otlptest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
