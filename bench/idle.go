@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // Idle mode: what N idle worker streams cost the coordinator.

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // Recovery mode: how long work held by a dead worker waits.
