@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/bench/measure"
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
 // Recovery mode: how long work held by a dead worker waits.
