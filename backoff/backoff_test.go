@@ -12,9 +12,9 @@ import (
 func TestExponentialDoublesUpToMaxWithJitter(t *testing.T) {
 	t.Parallel()
 	b := backoff.Exponential{Min: 100 * time.Millisecond, Max: time.Second}
-	wantCeil := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	ms := time.Millisecond
+	wantCeil := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms, 1000 * ms}
 	for i, ceil := range wantCeil {
-		ceil *= time.Millisecond
 		d := b.Next()
 		if d < ceil/2 || d > ceil {
 			t.Fatalf("attempt %d: delay %s outside [%s, %s]", i, d, ceil/2, ceil)

@@ -499,7 +499,7 @@ func TestForgedCompletionIsRefused(t *testing.T) {
 	}
 	// What a reader can see of the lease: everything but its secret.
 	forged := &leaseholdv1.LeaseToken{JobId: jobID, LeaseGeneration: seen.GetJob().GetLease().GetGeneration(), WorkerId: seen.GetJob().GetLease().GetOwner()}
-	if forged.WorkerId != "holder-1" || forged.LeaseGeneration != 1 {
+	if forged.GetWorkerId() != "holder-1" || forged.GetLeaseGeneration() != 1 {
 		t.Fatalf("the reader sees lease %+v", seen.GetJob().GetLease())
 	}
 	claimedTok := claimed.GetJobs()[0].GetToken()
@@ -731,7 +731,7 @@ func TestSecretsNeverReachTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := proto.Marshal(listed); strings.Contains(string(b), secret) || strings.Contains(string(b), string(store.KeyHash(secret))) {
+	if b, _ := proto.Marshal(listed); bytes.Contains(b, []byte(secret)) || bytes.Contains(b, store.KeyHash(secret)) {
 		t.Error("ListApiKeys returns the secret or its hash")
 	}
 	if _, err := admin.RevokeApiKey(ctx, &leaseholdv1.RevokeApiKeyRequest{Id: created.GetPrincipal().GetId()}); err != nil {

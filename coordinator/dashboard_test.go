@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -44,7 +45,7 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	tel.MetricsHandler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(rec.Body)
 	if err != nil {

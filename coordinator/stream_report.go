@@ -109,7 +109,7 @@ func setReportError(out *leaseholdv1.ReportResult, err error) {
 			out.Reason = info.GetReason()
 		}
 	}
-	if out.Code == int32(codes.OK) {
+	if out.GetCode() == int32(codes.OK) {
 		out.Code = int32(codes.Internal)
 	}
 }

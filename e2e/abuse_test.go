@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -71,7 +72,7 @@ func cpuTicks(t *testing.T, pid int) int64 {
 		t.Fatalf("read /proc/%d/stat: %v", pid, err)
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
 	utime, _ := strconv.ParseInt(fields[11], 10, 64) // field 14
 	stime, _ := strconv.ParseInt(fields[12], 10, 64) // field 15
 	return utime + stime

@@ -14,7 +14,7 @@ func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > NameMaxLen {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 		if i == 0 && !alnum {
@@ -33,7 +33,7 @@ func ValidWorkerID(s string) bool {
 	if len(s) == 0 || len(s) > NameMaxLen {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			strings.IndexByte("._:@/-", c) >= 0

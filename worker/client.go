@@ -101,7 +101,7 @@ func (c *Client) BatchCreate(ctx context.Context, reqs []*leaseholdv1.CreateJobR
 	for i, r := range reqs {
 		cp := proto.CloneOf(r)
 		if cp.GetJob() != nil {
-			cp.Job.Metadata = withTraceContext(ctx, cp.Job.Metadata)
+			cp.Job.Metadata = withTraceContext(ctx, cp.GetJob().GetMetadata())
 		}
 		batch[i] = cp
 	}

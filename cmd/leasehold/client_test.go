@@ -53,7 +53,9 @@ func setup(t *testing.T) *harness {
 }
 
 // cli builds a cli with the harness environment and the given streams.
-func (h *harness) cli(stdin string, stdout, stderr interface{ Write([]byte) (int, error) }) *cli {
+func (h *harness) cli(stdin string, stdout, stderr interface {
+	Write(p []byte) (n int, err error)
+}) *cli {
 	return &cli{
 		stdin:  strings.NewReader(stdin),
 		stdout: stdout,

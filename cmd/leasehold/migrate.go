@@ -31,7 +31,7 @@ func (c *cli) migrateCommand() *cobra.Command {
 // runMigrate applies the configured engine's migrations.
 func (c *cli) runMigrate(ctx context.Context, sf storeFlags) error {
 	var err error
-	target := ""
+	var target string
 	if sf.databaseURL != "" {
 		target = "postgres"
 		err = postgres.Migrate(ctx, sf.databaseURL)

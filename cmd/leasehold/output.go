@@ -8,6 +8,7 @@ package main
 // is for people: aligned columns, times in UTC, long values shortened.
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/base64"
 	"fmt"
@@ -193,7 +194,7 @@ func formatBytes(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	printable := utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool {
+	printable := utf8.Valid(b) && bytes.IndexFunc(b, func(r rune) bool {
 		return !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r'
 	}) < 0
 	var s string

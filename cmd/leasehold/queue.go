@@ -93,10 +93,10 @@ func (f *policyFlags) register(fs *pflag.FlagSet) {
 // whether any was. Values are not checked here: the server validates the
 // whole policy and names the offending field.
 func (f *policyFlags) apply(fs *pflag.FlagSet, p *leaseholdv1.QueuePolicy) bool {
-	if p.Retry == nil {
+	if p.GetRetry() == nil {
 		p.Retry = &leaseholdv1.RetryPolicy{}
 	}
-	r := p.Retry
+	r := p.GetRetry()
 	changed := false
 	fs.Visit(func(fl *pflag.Flag) {
 		switch fl.Name {
@@ -123,7 +123,7 @@ func (f *policyFlags) apply(fs *pflag.FlagSet, p *leaseholdv1.QueuePolicy) bool 
 		case "key-concurrency-limit":
 			p.KeyConcurrencyLimit = int32(clampInt32(f.keyConcurrencyLimit))
 		case "rate-starts", "rate-interval", "rate-per-key":
-			if p.RateLimit == nil {
+			if p.GetRateLimit() == nil {
 				p.RateLimit = &leaseholdv1.RateLimit{}
 			}
 			switch fl.Name {
@@ -134,7 +134,7 @@ func (f *policyFlags) apply(fs *pflag.FlagSet, p *leaseholdv1.QueuePolicy) bool 
 			default:
 				p.RateLimit.PerKey = f.ratePerKey
 			}
-			if p.RateLimit.GetStarts() == 0 && p.RateLimit.GetInterval().AsDuration() == 0 && !p.RateLimit.GetPerKey() {
+			if p.GetRateLimit().GetStarts() == 0 && p.GetRateLimit().GetInterval().AsDuration() == 0 && !p.GetRateLimit().GetPerKey() {
 				p.RateLimit = nil // --rate-starts 0 clears the limit
 			}
 		case "default-dependency":

@@ -113,7 +113,7 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", f.listen)
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", f.listen)
 	if err != nil {
 		_ = coord.Shutdown(context.WithoutCancel(ctx))
 		log.ErrorContext(ctx, "cannot listen", slog.String("listen", f.listen), slog.String("error", err.Error()))

@@ -131,7 +131,7 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 	if addr == "" {
 		return func() {}, nil
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot listen", slog.String("http_listen", addr), slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)

@@ -18,7 +18,7 @@ import (
 // grant capped away while leases were being delivered, a reported lease
 // counted as held again by a heartbeat) would show here as fewer credits
 // or leftover leases, for good: such a stream is pushed less than it has
-// room for for the rest of its life.
+// room for until it ends.
 func TestIdleStreamsHaveTheirWholeCapacityBackAfterADrain(t *testing.T) {
 	t.Parallel()
 	const (
