@@ -18,6 +18,9 @@ ARG GO_IMAGE=golang:1.26-bookworm
 FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG TARGETOS
 ARG TARGETARCH
+# The version the binary reports (deploy/rootfs.sh stamps it when set):
+# docker build --build-arg VERSION=$(git describe --tags) .
+ARG VERSION=""
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download

@@ -24,6 +24,14 @@ export LEASEHOLD_TEST_DATABASE_URL
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 
+# The version the binary reports (leasehold version, GetVersion): the
+# nearest v* tag as git describe says it (v0.2.0, or v0.2.0-3-gabc1234
+# three commits later, -dirty with local changes). Without a tag or git,
+# nothing is stamped and the binary reports cmd/leasehold's VersionDefault.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-X main.Version=$(VERSION))
+export VERSION
+
 # The side-by-side benchmark (make bench-compare): the PostgreSQL server
 # each run makes its fresh schema on, and how many rounds of which modes.
 LEASEHOLD_BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
@@ -87,7 +95,7 @@ breaking: $(BIN)/buf
 
 ## build: build the leasehold binary into ./.bin.
 build:
-	go build -o $(BIN)/leasehold ./cmd/leasehold
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/leasehold ./cmd/leasehold
 	@echo 'built ./.bin/leasehold; put it on your PATH with:'
 	@echo '  export PATH="$$PWD/.bin:$$PATH"'
 
@@ -117,7 +125,7 @@ bench:
 ## bench-compare: Leasehold vs River (bench/river, its own module), run by
 ## run, ROUNDS rounds of MODES; prints every run, then medians and ratios.
 bench-compare:
-	go build -o $(BIN)/leasehold ./cmd/leasehold
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/leasehold ./cmd/leasehold
 	cd bench/river && go build -o $(BIN)/river-bench .
 	$(BIN)/leasehold bench compare --river-bin $(BIN)/river-bench \
 	  --rounds $(ROUNDS) --modes "$(MODES)" --database-url "$(LEASEHOLD_BENCH_DATABASE_URL)" $(BENCH_FLAGS)

@@ -13,10 +13,10 @@ mkdir -p "$out/etc/ssl/certs" "$out/tmp" "$out/data"
 
 # CGO_ENABLED=0: the SQLite engine (modernc.org/sqlite) is pure Go, so the
 # binary is static and needs no libc. -trimpath and an empty build id keep
-# the builder's paths and build ids out of it. cmd/leasehold's Version is a constant (version.go), not
-# a variable, so there is nothing to set with -X: the binary reports the
-# version its source says.
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -buildid=" -o "$out/leasehold" ./cmd/leasehold
+# the builder's paths and build ids out of it. VERSION (set by make, or
+# by hand: the image's build context has no .git) is stamped as the
+# version the binary reports; without it the binary reports its default.
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -buildid= ${VERSION:+-X main.Version=$VERSION}" -o "$out/leasehold" ./cmd/leasehold
 if ! go version -m "$out/leasehold" | grep -q 'CGO_ENABLED=0'; then
   echo "rootfs.sh: $out/leasehold was not built with CGO_ENABLED=0" >&2
   exit 1
