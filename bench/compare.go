@@ -111,6 +111,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return exitFail
 		}
 	}
+	started := time.Now().UTC()
 	var results []*measure.Result
 	failures := 0
 	total := f.rounds * len(f.modes) * 2
@@ -135,7 +136,10 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 	}
 	fmt.Fprintf(stdout, "\n# medians over %d rounds; ratio = leasehold / river (jobs/s: below 1 is slower; latencies and commits: above 1 is more)\n", f.rounds)
-	writeSummary(stdout, summarize(results, f.modes))
+	rows := summarize(results, f.modes)
+	writeSummary(stdout, rows)
+	fmt.Fprintf(stdout, "\n# for bench/RESULTS.md (newest first):\n\n")
+	writeResultsSection(stdout, started, f, rows)
 	if failures > 0 {
 		fmt.Fprintf(stderr, "leasehold bench compare: %d of %d runs failed\n", failures, total)
 		return exitFail
@@ -260,6 +264,26 @@ func writeSummary(w io.Writer, rows []summaryRow) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t(%d/%d)\t\n", r.mode, r.metric, num(r.leasehold), num(r.river), num(r.ratio), r.nL, r.nR)
 	}
 	tw.Flush()
+}
+
+// writeResultsSection prints the comparison as bench/RESULTS.md keeps
+// runs: a dated heading, what ran, and one table of medians.
+func writeResultsSection(w io.Writer, started time.Time, f compareFlags, rows []summaryRow) {
+	fmt.Fprintf(w, "## %s — leasehold bench compare\n\n", started.Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "Medians of %d alternated rounds of %s", f.rounds, strings.Join(f.modes, ", "))
+	if len(f.passThrough) > 0 {
+		fmt.Fprintf(w, " (`%s`)", strings.Join(f.passThrough, " "))
+	}
+	fmt.Fprintf(w, ".\n\n| mode | metric | Leasehold | River | Leasehold / River | runs |\n| --- | --- | --- | --- | --- | --- |\n")
+	cell := func(v float64) string {
+		if math.IsNaN(v) {
+			return "–"
+		}
+		return formatFloat(v)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s | %d / %d |\n", r.mode, r.metric, cell(r.leasehold), cell(r.river), cell(r.ratio), r.nL, r.nR)
+	}
 }
 
 // formatFloat prints about four significant digits.

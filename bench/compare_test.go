@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/bench/measure"
 )
@@ -91,6 +92,26 @@ func TestSummarize(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestResultsSectionIsADatedTable(t *testing.T) {
+	t.Parallel()
+	rows := []summaryRow{
+		{mode: "drain", metric: "drain_jobs_per_s", leasehold: 3684, river: 10007, ratio: 3684.0 / 10007, nL: 3, nR: 3},
+		{mode: "drain", metric: "ack_p50_ms", leasehold: 8, river: math.NaN(), ratio: math.NaN(), nL: 3},
+	}
+	f := compareFlags{rounds: 3, modes: []string{"drain", "latency"}, passThrough: []string{"--jobs", "5000"}}
+	var out bytes.Buffer
+	writeResultsSection(&out, time.Date(2026, 12, 2, 6, 52, 0, 0, time.UTC), f, rows)
+	want := "## 2026-12-02 06:52 UTC — leasehold bench compare\n\n" +
+		"Medians of 3 alternated rounds of drain, latency (`--jobs 5000`).\n\n" +
+		"| mode | metric | Leasehold | River | Leasehold / River | runs |\n" +
+		"| --- | --- | --- | --- | --- | --- |\n" +
+		"| drain | `drain_jobs_per_s` | 3684 | 10007 | 0.3681 | 3 / 3 |\n" +
+		"| drain | `ack_p50_ms` | 8.000 | – | – | 3 / 0 |\n"
+	if out.String() != want {
+		t.Fatalf("section:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
 
