@@ -99,41 +99,11 @@ func (r *runner) idle(ctx context.Context) error {
 		return err
 	}
 
-	if r.monitor != nil {
-		if err := r.monitor.BeginWindow(ctx); err != nil {
-			return err
-		}
-	}
-	var wire0, wire1 int64
-	if r.wire != nil {
-		wire0 = r.wire.Transactions()
-	}
-	begin := time.Now()
-	u0, err := readProcUsage(pid)
+	w, err := r.idleWindow(ctx, pid, streams)
 	if err != nil {
-		return fmt.Errorf("read the coordinator's usage: %w", err)
-	}
-	if err := r.idleWait(ctx, streams, f.window); err != nil {
 		return err
 	}
-	u1, err := readProcUsage(pid)
-	if err != nil {
-		return fmt.Errorf("read the coordinator's usage: %w", err)
-	}
-	end := time.Now()
-	if r.wire != nil {
-		wire1 = r.wire.Transactions()
-	}
-	r.coord.kill()
-	streams.close()
-	elapsed := end.Sub(begin)
-
-	var commits int64
-	if r.monitor != nil {
-		if commits, err = r.monitor.EndWindow(ctx, r.appName); err != nil {
-			return err
-		}
-	}
+	elapsed, u0, u1, wire, commits := w.elapsed, w.u0, w.u1, w.wire, w.commits
 
 	res := measure.NewResult("leasehold", r.flags.engine, modeIdle)
 	res.SetInt("streams", int64(f.streams))
@@ -148,7 +118,6 @@ func (r *runner) idle(ctx context.Context) error {
 		fmt.Sprintf("  connected in %.3fs, then %s quiet; measured over %.3fs", connectElapsed.Seconds(), f.settle, elapsed.Seconds()),
 	}
 	if r.monitor != nil {
-		wire := wire1 - wire0
 		cps := float64(wire) / elapsed.Seconds()
 		res.SetInt("commits", wire)
 		res.SetFloat("commits_per_s", cps, 2)
@@ -174,6 +143,53 @@ func (r *runner) idle(ctx context.Context) error {
 	}
 	fmt.Fprintln(r.stdout, res.String())
 	return nil
+}
+
+// idleSample is what the idle mode measures over its window.
+type idleSample struct {
+	elapsed time.Duration
+	u0, u1  procUsage // the coordinator's usage at the window's ends
+	wire    int64     // transactions the coordinator ended, counted on the wire
+	commits int64     // the server's count (pg_stat_database), the bench's own reads excluded
+}
+
+// idleWindow measures the coordinator over the window while the streams
+// stay idle, then stops the coordinator and the streams.
+func (r *runner) idleWindow(ctx context.Context, pid int, streams *idleStreams) (idleSample, error) {
+	var w idleSample
+	if r.monitor != nil {
+		if err := r.monitor.BeginWindow(ctx); err != nil {
+			return w, err
+		}
+	}
+	var wire0 int64
+	if r.wire != nil {
+		wire0 = r.wire.Transactions()
+	}
+	begin := time.Now()
+	var err error
+	if w.u0, err = readProcUsage(pid); err != nil {
+		return w, fmt.Errorf("read the coordinator's usage: %w", err)
+	}
+	if err := r.idleWait(ctx, streams, r.flags.idle.window); err != nil {
+		return w, err
+	}
+	if w.u1, err = readProcUsage(pid); err != nil {
+		return w, fmt.Errorf("read the coordinator's usage: %w", err)
+	}
+	end := time.Now()
+	if r.wire != nil {
+		w.wire = r.wire.Transactions() - wire0
+	}
+	r.coord.kill()
+	streams.close()
+	w.elapsed = end.Sub(begin)
+	if r.monitor != nil {
+		if w.commits, err = r.monitor.EndWindow(ctx, r.appName); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
 }
 
 // waitStreams waits until every stream was welcomed and the coordinator's

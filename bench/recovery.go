@@ -52,18 +52,8 @@ func (r *runner) recovery(ctx context.Context) error {
 	f := r.flags.recovery
 	lease := []string{"--lease", f.lease.String()}
 	notifyA := make(chan struct{}, 1)
-	a, err := startWorkerProcess(r.bin, r.dir, workerAID, r.coord.addr, f.jobs, notifyA, append(lease, "--block")...)
+	a, err := r.startConnectedWorker(ctx, workerAID, f.jobs, notifyA, append(lease, "--block")...)
 	if err != nil {
-		return err
-	}
-	r.workers = append(r.workers, a)
-	if err := a.waitReady(ctx); err != nil {
-		return err
-	}
-	if err := a.begin(); err != nil {
-		return err
-	}
-	if err := r.waitConnected(ctx); err != nil {
 		return err
 	}
 	ids, err := r.createJobs(ctx, f.jobs)
@@ -75,18 +65,8 @@ func (r *runner) recovery(ctx context.Context) error {
 	}
 
 	notifyB := make(chan struct{}, 1)
-	b, err := startWorkerProcess(r.bin, r.dir, "bench-worker-b", r.coord.addr, f.jobs, notifyB, lease...)
+	b, err := r.startConnectedWorker(ctx, "bench-worker-b", f.jobs, notifyB, lease...)
 	if err != nil {
-		return err
-	}
-	r.workers = append(r.workers, b)
-	if err := b.waitReady(ctx); err != nil {
-		return err
-	}
-	if err := b.begin(); err != nil {
-		return err
-	}
-	if err := r.waitConnected(ctx); err != nil {
 		return err
 	}
 	// B's stream has said Hello; let its credits reach the dispatcher.
@@ -165,6 +145,26 @@ func (r *runner) recovery(ctx context.Context) error {
 		return fmt.Errorf("%d of %d jobs were never started on worker B within --lease + %s: %w", f.jobs-len(lat), f.jobs, recoverySlack, waitErr)
 	}
 	return nil
+}
+
+// startConnectedWorker starts a worker process of the given capacity and
+// returns once its stream is connected to the coordinator.
+func (r *runner) startConnectedWorker(ctx context.Context, id string, capacity int, notify chan struct{}, args ...string) (*workerProcess, error) {
+	w, err := startWorkerProcess(r.bin, r.dir, id, r.coord.addr, capacity, notify, args...)
+	if err != nil {
+		return nil, err
+	}
+	r.workers = append(r.workers, w)
+	if err := w.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.begin(); err != nil {
+		return nil, err
+	}
+	if err := r.waitConnected(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // waitRenewal returns once A has renewed all n of its leases after the

@@ -178,19 +178,7 @@ func runWorker(ctx context.Context, o workerOptions, log *slog.Logger, stdin io.
 	}
 	// stdin: "go" starts the work, its end stops it. When the bench dies
 	// the pipe closes, so a worker never outlives it.
-	goCh := make(chan struct{})
-	stopCh := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdin)
-		started := false
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == lineGo && !started {
-				started = true
-				close(goCh)
-			}
-		}
-		close(stopCh)
-	}()
+	goCh, stopCh := watchStdin(stdin)
 	select {
 	case <-goCh:
 	case <-stopCh:
@@ -208,26 +196,7 @@ func runWorker(ctx context.Context, o workerOptions, log *slog.Logger, stdin io.
 		case <-runCtx.Done():
 		}
 	}()
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		tick := time.NewTicker(progressInterval)
-		defer tick.Stop()
-		var last int64
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-tick.C:
-				if n := rec.nStarts.Load(); n != last {
-					last = n
-					if out.line("%s %d", lineProgress, n) != nil {
-						return
-					}
-				}
-			}
-		}
-	}()
+	progressDone := reportProgress(runCtx, rec, out)
 	runErr := w.Run(runCtx)
 	stopRun()
 	<-progressDone
@@ -245,6 +214,51 @@ func runWorker(ctx context.Context, o workerOptions, log *slog.Logger, stdin io.
 	err = out.w.Flush()
 	out.mu.Unlock()
 	return errors.Join(runErr, err)
+}
+
+// watchStdin reads the bench's commands: goCh is closed at the first
+// "go", stopCh when stdin ends.
+func watchStdin(stdin io.Reader) (goCh, stopCh chan struct{}) {
+	goCh, stopCh = make(chan struct{}), make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		started := false
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == lineGo && !started {
+				started = true
+				close(goCh)
+			}
+		}
+		close(stopCh)
+	}()
+	return goCh, stopCh
+}
+
+// reportProgress writes the count of started jobs whenever it changed, every
+// progressInterval, until ctx ends; the channel is closed when it has
+// stopped writing.
+func reportProgress(ctx context.Context, rec *recorder, out *lineWriter) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(progressInterval)
+		defer tick.Stop()
+		var last int64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if n := rec.nStarts.Load(); n != last {
+					last = n
+					if out.line("%s %d", lineProgress, n) != nil {
+						return
+					}
+				}
+			}
+		}
+	}()
+	return done
 }
 
 // waitReady connects conn and waits until it is READY.

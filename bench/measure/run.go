@@ -105,25 +105,8 @@ func (r *Run) Report(w io.Writer) (*Result, error) {
 		res.Set(f.Key, f.Value)
 	}
 
-	var lastDone time.Time
-	var starts, dones []time.Duration
-	completed, completedInWindow := 0, 0
-	for _, s := range r.Samples {
-		if !s.Started.IsZero() {
-			starts = append(starts, s.Started.Sub(s.Created))
-		}
-		if s.Done.IsZero() {
-			continue
-		}
-		completed++
-		dones = append(dones, s.Done.Sub(s.Created))
-		if s.Done.After(lastDone) {
-			lastDone = s.Done
-		}
-		if !s.Done.After(r.ProducerEnd) {
-			completedInWindow++
-		}
-	}
+	t := r.tally()
+	lastDone, starts, dones, completed, completedInWindow := t.lastDone, t.starts, t.dones, t.completed, t.completedInWindow
 	res.SetInt("completed", int64(completed))
 
 	lines := []string{fmt.Sprintf("%s %s %s: %s", r.System, r.Engine, o.Mode, r.Describe)}
@@ -193,6 +176,35 @@ func (r *Run) Report(w io.Writer) (*Result, error) {
 		return res, fmt.Errorf("%d of %d jobs never completed", created-completed, created)
 	}
 	return res, nil
+}
+
+// tally is what the samples say: each job's latencies, how many
+// completed (in all, and while the producer ran) and when the last did.
+type tally struct {
+	starts, dones                []time.Duration
+	completed, completedInWindow int
+	lastDone                     time.Time
+}
+
+func (r *Run) tally() tally {
+	var t tally
+	for _, s := range r.Samples {
+		if !s.Started.IsZero() {
+			t.starts = append(t.starts, s.Started.Sub(s.Created))
+		}
+		if s.Done.IsZero() {
+			continue
+		}
+		t.completed++
+		t.dones = append(t.dones, s.Done.Sub(s.Created))
+		if s.Done.After(t.lastDone) {
+			t.lastDone = s.Done
+		}
+		if !s.Done.After(r.ProducerEnd) {
+			t.completedInWindow++
+		}
+	}
+	return t
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
