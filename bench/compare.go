@@ -254,14 +254,9 @@ func median(vs []float64) float64 {
 func writeSummary(w io.Writer, rows []summaryRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tmetric\tleasehold\triver\tratio\t(runs)\t")
-	num := func(v float64) string {
-		if math.IsNaN(v) {
-			return "-"
-		}
-		return formatFloat(v)
-	}
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t(%d/%d)\t\n", r.mode, r.metric, num(r.leasehold), num(r.river), num(r.ratio), r.nL, r.nR)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t(%d/%d)\t\n", r.mode, r.metric,
+			formatOr(r.leasehold, "-"), formatOr(r.river, "-"), formatOr(r.ratio, "-"), r.nL, r.nR)
 	}
 	tw.Flush()
 }
@@ -275,15 +270,18 @@ func writeResultsSection(w io.Writer, started time.Time, f compareFlags, rows []
 		fmt.Fprintf(w, " (`%s`)", strings.Join(f.passThrough, " "))
 	}
 	fmt.Fprintf(w, ".\n\n| mode | metric | Leasehold | River | Leasehold / River | runs |\n| --- | --- | --- | --- | --- | --- |\n")
-	cell := func(v float64) string {
-		if math.IsNaN(v) {
-			return "–"
-		}
-		return formatFloat(v)
-	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s | %d / %d |\n", r.mode, r.metric, cell(r.leasehold), cell(r.river), cell(r.ratio), r.nL, r.nR)
+		fmt.Fprintf(w, "| %s | `%s` | %s | %s | %s | %d / %d |\n", r.mode, r.metric,
+			formatOr(r.leasehold, "–"), formatOr(r.river, "–"), formatOr(r.ratio, "–"), r.nL, r.nR)
 	}
+}
+
+// formatOr is formatFloat(v), or none for a missing value (NaN).
+func formatOr(v float64, none string) string {
+	if math.IsNaN(v) {
+		return none
+	}
+	return formatFloat(v)
 }
 
 // formatFloat prints about four significant digits.

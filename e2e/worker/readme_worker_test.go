@@ -37,6 +37,43 @@ func readmeProgram(t *testing.T, repo string) string {
 	return block[open+len("```go\n") : closing]
 }
 
+// body returns the lines of the function declared by header in src,
+// without its braces and with one level of indentation removed.
+func body(t *testing.T, src, header string) []string {
+	t.Helper()
+	i := strings.Index(src, header)
+	if i < 0 {
+		t.Fatalf("no %q in the source", header)
+	}
+	var out []string
+	for _, line := range strings.Split(src[i+len(header):], "\n")[1:] {
+		if line == "}" {
+			return out
+		}
+		out = append(out, strings.TrimPrefix(line, "\t"))
+	}
+	t.Fatalf("%q is not closed", header)
+	return nil
+}
+
+// The README's ten-line worker is the worker package's Example, so the
+// program a reader copies is one that compiles with every change.
+func TestREADMEWorkerIsTheSDKExample(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..")
+	readme := body(t, readmeProgram(t, repo), "func main() {")
+	src, err := os.ReadFile(filepath.Join(repo, "worker", "example_worker_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := body(t, string(src), "func Example() {")
+	if strings.Join(readme, "\n") != strings.Join(example, "\n") {
+		t.Fatalf("README's main differs from Example in worker/example_worker_test.go:\nREADME:\n%s\n\nExample:\n%s",
+			strings.Join(readme, "\n"), strings.Join(example, "\n"))
+	}
+}
+
 // The README's worker, built as a user would after `go get` (its own
 // module, this repository replacing the published one), runs a job and
 // exits 0 on Ctrl-C: a clean shutdown is not an error.
