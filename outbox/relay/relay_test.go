@@ -36,7 +36,7 @@ type env struct {
 	ob     *outbox.Outbox
 }
 
-func setup(t *testing.T, configure func(*coordinator.Config)) *env {
+func setup(t testing.TB, configure func(*coordinator.Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -79,7 +79,7 @@ func setup(t *testing.T, configure func(*coordinator.Config)) *env {
 	return &env{srv: srv, pool: pool, coord: coord, client: leaseholdv1.NewJobServiceClient(cc), schema: schema, ob: ob}
 }
 
-func (e *env) relay(t *testing.T, cfg relay.Config) *relay.Relay {
+func (e *env) relay(t testing.TB, cfg relay.Config) *relay.Relay {
 	t.Helper()
 	cfg.Source, cfg.Client, cfg.Schema = e.pool, e.client, e.schema
 	if cfg.Logger == nil {
@@ -108,7 +108,7 @@ func (e *env) enqueue(ctx context.Context, t *testing.T, queue, prefix string, n
 	}
 }
 
-func (e *env) count(ctx context.Context, t *testing.T, query string, args ...any) int {
+func (e *env) count(ctx context.Context, t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := e.coord.QueryRow(ctx, query, args...).Scan(&n); err != nil {
@@ -117,7 +117,7 @@ func (e *env) count(ctx context.Context, t *testing.T, query string, args ...any
 	return n
 }
 
-func (e *env) depth(ctx context.Context, t *testing.T) int {
+func (e *env) depth(ctx context.Context, t testing.TB) int {
 	t.Helper()
 	var n int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.schema+`.outbox`).Scan(&n); err != nil {
@@ -126,7 +126,7 @@ func (e *env) depth(ctx context.Context, t *testing.T) int {
 	return n
 }
 
-func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
