@@ -536,6 +536,9 @@ func (r *Relay) listen(ctx context.Context) {
 			return pgx.ConnectConfig(ctx, connCfg.Copy())
 		},
 		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() != nil {
+				return // stopping
+			}
 			r.log.WarnContext(ctx, "outbox relay: LISTEN connection failed; polling meanwhile", slog.String("error", err.Error()))
 		},
 		ReconnectDelay: listenReconnectDelay,
