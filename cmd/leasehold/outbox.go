@@ -223,7 +223,7 @@ func (c *cli) runRelay(ctx context.Context, f *relayFlags) error {
 		return usagef("--source-database-url: %v", err)
 	}
 	// One connection per worker plus one for the stats; LISTEN has its own.
-	poolCfg.MaxConns = int32(f.workers + 1) //nolint:gosec // bounded by relay.WorkersMax
+	poolCfg.MaxConns = int32(f.workers + 1) // bounded by relay.WorkersMax
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("connect to the outbox database: %w", err)
@@ -261,7 +261,7 @@ func startRelayHTTP(ctx context.Context, log *slog.Logger, addr string, r *relay
 	if addr == "" {
 		return func() {}, nil
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot listen", slog.String("http_listen", addr), slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)

@@ -85,7 +85,7 @@ func TestNodeEnqueuesWithTheApplicationsTransaction(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d outbox rows still waiting after 2m", waiting)
 		}
-		time.Sleep(50 * time.Millisecond) //nolint:forbidigo // polling another process's progress
+		time.Sleep(50 * time.Millisecond) // polling another process's progress
 	}
 	var payloads []string
 	rows, err := coordPool.Query(ctx, `SELECT convert_from(payload, 'UTF8') FROM jobs WHERE queue = 'emails' AND kind = 'order-confirmation'`)

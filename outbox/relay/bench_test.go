@@ -85,7 +85,7 @@ func BenchmarkEnqueueToJobLatency(b *testing.B) {
 			if n == 1 {
 				break
 			}
-			time.Sleep(200 * time.Microsecond) //nolint:forbidigo // a poll's resolution, bounded by ctx through the query
+			time.Sleep(200 * time.Microsecond) // a poll's resolution, bounded by ctx through the query
 		}
 		lat = append(lat, time.Since(start))
 	}

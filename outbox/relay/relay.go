@@ -352,7 +352,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]*item, error) {
 			&spec.Priority, &runAt, &spec.MaxAttempts, &spec.Dependency, &spec.ConcurrencyKey); err != nil {
 			return nil, err
 		}
-		if len(spec.Metadata) == 0 {
+		if len(spec.GetMetadata()) == 0 {
 			spec.Metadata = nil
 		}
 		if runAt != nil {
