@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -528,5 +529,57 @@ func TestRelayAuthenticatesAsAProducer(t *testing.T) {
 	})
 	if strings.Contains(keyed.out.String(), key) {
 		t.Fatal("the relay logged its API key")
+	}
+}
+
+// serve --outbox-relay: the outbox in the coordinator's own database,
+// installed at start and relayed in-process; without --database-url it
+// refuses to start.
+func TestServeRelaysItsOwnDatabasesOutbox(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	coordURL := pgtest.Schema(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "lh_outbox_" + hex.EncodeToString(b)
+	pool, err := pgxpool.New(ctx, coordURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	})
+	testserver.StartProcess(t, "--database-url", coordURL, "--outbox-relay", "--outbox-schema", schema)
+	// One transaction: the application's row and its job.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO orders VALUES (42)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+schema+`.outbox (request_id, queue, kind) VALUES ('order-42-email', 'emails', 'confirm')`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE queue = 'emails' AND kind = 'confirm'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+
+	cmd := exec.Command(testserver.Binary(t), "serve", "--outbox-relay", "--sqlite-path", filepath.Join(t.TempDir(), "x.db"),
+		"--listen", "127.0.0.1:0", "--http-listen", "")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "--outbox-relay needs --database-url") {
+		t.Fatalf("serve --outbox-relay on SQLite: exit %d, %v:\n%s", code, err, out)
 	}
 }
