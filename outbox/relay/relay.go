@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -52,6 +53,12 @@ const (
 	// finishTimeout bounds the DELETE and COMMIT after a successful call,
 	// which run even when the relay is stopping (see finish).
 	finishTimeout = 30 * time.Second
+	// recvMsgMax bounds a BatchCreateJobs answer. The coordinator echoes
+	// each job with its payload, so an answer is about as large as its
+	// request, and a request may carry one row of up to the store's
+	// payload limit: gRPC's default 4 MiB would refuse the answer to such
+	// a row on every retry.
+	recvMsgMax = 2*store.PayloadMaxBytes + 4<<20
 	// listenReconnectDelay is the wait before the LISTEN connection is
 	// opened again after it dropped.
 	listenReconnectDelay = time.Second
@@ -425,7 +432,8 @@ func (r *Relay) call(ctx context.Context, items []*item) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.cfg.Client.BatchCreateJobs(cctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs})
+	resp, err := r.cfg.Client.BatchCreateJobs(cctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs},
+		grpc.MaxCallRecvMsgSize(recvMsgMax))
 	if err != nil {
 		return err
 	}

@@ -288,3 +288,23 @@ func TestStaleRowsAreCounted(t *testing.T) {
 		t.Fatalf("stats = %+v, want depth 3, 1 stale, oldest about 90m", s)
 	}
 }
+
+// The coordinator echoes each job, payload included, so the answer to a
+// row with a large payload is larger than gRPC's default 4 MiB receive
+// limit; the relay must accept it, or the row would be retried for ever.
+func TestLargePayloadsAreRelayed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *coordinator.Config) { c.PayloadMaxBytes = 6 << 20 })
+	ctx := ctxT(t, 2*time.Minute)
+	if _, err := e.pool.Exec(ctx, `ALTER TABLE `+e.schema+`.outbox DROP CONSTRAINT outbox_payload_check`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.outbox (queue, kind, payload) VALUES ('large', 'k', $1)`, make([]byte, 5<<20)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.relay(t, relay.Config{})
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Relayed != 1 {
+		t.Fatalf("round: %+v, %v", res, err)
+	}
+}
