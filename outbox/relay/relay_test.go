@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -306,5 +308,51 @@ func TestLargePayloadsAreRelayed(t *testing.T) {
 	res, err := r.RunOnce(ctx)
 	if err != nil || res.Relayed != 1 {
 		t.Fatalf("round: %+v, %v", res, err)
+	}
+}
+
+// countingClient passes calls on to the real coordinator and records the
+// size of each BatchCreateJobs request.
+type countingClient struct {
+	leaseholdv1.JobServiceClient
+	mu    sync.Mutex
+	sizes []int // guarded by mu
+}
+
+func (c *countingClient) BatchCreateJobs(ctx context.Context, req *leaseholdv1.BatchCreateJobsRequest, opts ...grpc.CallOption) (*leaseholdv1.BatchCreateJobsResponse, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, proto.Size(req))
+	c.mu.Unlock()
+	return c.JobServiceClient.BatchCreateJobs(ctx, req, opts...)
+}
+
+// A claim is sent in calls of at most CallBytesMax encoded bytes.
+func TestCallsAreBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.outbox (queue, kind, payload)
+		SELECT 'bytes', 'k', convert_to(repeat('x', 500) || g, 'UTF8') FROM generate_series(1, 40) g`); err != nil {
+		t.Fatal(err)
+	}
+	cc := &countingClient{JobServiceClient: e.client}
+	r, err := relay.New(relay.Config{Source: e.pool, Client: cc, Schema: e.schema, CallBytesMax: 4096, Logger: testlog.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Relayed != 40 {
+		t.Fatalf("round: %+v, %v", res, err)
+	}
+	if len(cc.sizes) < 40*500/4096 {
+		t.Fatalf("%d calls for 40 rows of 500+ bytes within 4096 bytes each", len(cc.sizes))
+	}
+	for _, s := range cc.sizes {
+		if s > 4096 {
+			t.Fatalf("a call of %d bytes; sizes %v", s, cc.sizes)
+		}
+	}
+	if got := e.count(ctx, t, `SELECT count(*) FROM jobs WHERE queue = 'bytes'`); got != 40 {
+		t.Fatalf("jobs = %d, want 40", got)
 	}
 }
