@@ -236,10 +236,16 @@ func (r *Relay) work(ctx context.Context, i int) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		wake := r.wake[i]
+		if backoff > 0 {
+			// Backing off: notifications (every insert sends one) must
+			// not turn the backoff into a retry per insert.
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.wake[i]:
+		case <-wake:
 		case <-timer.C:
 		}
 		res, err := r.RunOnce(ctx)
