@@ -59,6 +59,9 @@ const (
 	// payload limit: gRPC's default 4 MiB would refuse the answer to such
 	// a row on every retry.
 	recvMsgMax = 2*store.PayloadMaxBytes + 4<<20
+	// stopGrace bounds how long a round in flight at Stop may take to
+	// finish.
+	stopGrace = 10 * time.Second
 	// listenReconnectDelay is the wait before the LISTEN connection is
 	// opened again after it dropped.
 	listenReconnectDelay = time.Second
@@ -214,7 +217,7 @@ func (r *Relay) Start(ctx context.Context) {
 }
 
 // Healthy reports whether the relay works: its last round succeeded, and
-// recently (within two poll intervals plus a call timeout).
+// recently (within two poll intervals plus the time a round may take).
 func (r *Relay) Healthy() error {
 	if p := r.lastErr.Load(); p != nil {
 		return *p
@@ -232,6 +235,22 @@ func (r *Relay) Healthy() error {
 // work is one claim loop: a round at once, then one per wake-up or poll;
 // a full claim is followed by another at once, a failed one by a backoff.
 func (r *Relay) work(ctx context.Context, i int) {
+	// A round in flight when ctx ends (Stop, SIGTERM) may finish within
+	// stopGrace: its jobs may exist already, and deleting its rows now
+	// spares the next relay a replay. Past that it is cancelled; its rows
+	// stay and are sent again, idempotently.
+	roundCtx, cancelRound := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRound()
+	stopAfter := context.AfterFunc(ctx, func() {
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancelRound()
+		case <-roundCtx.Done(): // the worker has returned
+		}
+	})
+	defer stopAfter()
 	backoff := time.Duration(0)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -248,7 +267,7 @@ func (r *Relay) work(ctx context.Context, i int) {
 		case <-wake:
 		case <-timer.C:
 		}
-		res, err := r.RunOnce(ctx)
+		res, err := r.RunOnce(roundCtx)
 		next := r.cfg.PollInterval
 		switch {
 		case ctx.Err() != nil:

@@ -356,3 +356,50 @@ func TestCallsAreBoundedInBytes(t *testing.T) {
 		t.Fatalf("jobs = %d, want 40", got)
 	}
 }
+
+// Stop lets the round in flight finish: its jobs are created and its rows
+// deleted, so the next relay has nothing to replay.
+func TestStopFinishesTheRoundInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := ctxT(t, time.Minute)
+	e.enqueue(ctx, t, "stopping", "", 20)
+	lock, err := e.coord.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released however the test ends, before the coordinator stops.
+	t.Cleanup(func() { _ = lock.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := lock.Exec(ctx, `LOCK TABLE jobs IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.relay(t, relay.Config{Workers: 1})
+	r.Start(ctx)
+	waitFor(ctx, t, "the rows claimed", func() bool { // the call waits on the lock
+		var free int
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+e.schema+`.outbox FOR UPDATE SKIP LOCKED) f`).Scan(&free)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return free == 0
+	})
+	stopped := make(chan struct{})
+	go func() { r.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a round was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+	if d := e.depth(ctx, t); d != 0 {
+		t.Fatalf("outbox depth after Stop = %d, want 0", d)
+	}
+	if got := e.count(ctx, t, `SELECT count(*) FROM jobs WHERE queue = 'stopping'`); got != 20 {
+		t.Fatalf("jobs = %d, want 20", got)
+	}
+}
