@@ -3,7 +3,8 @@
 # metric must show up in Prometheus' own query API:
 #
 #   1. install Debian's prometheus package when `prometheus` is missing
-#      (without letting its service start);
+#      (without letting its service start); promtool checks and unit-tests
+#      deploy/prometheus/leasehold-rules.yaml;
 #   2. build leasehold and start `leasehold serve` on the embedded SQLite
 #      file, gRPC and HTTP on free loopback ports;
 #   3. start Prometheus on a free loopback port, scraping /metrics every
@@ -52,6 +53,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 command -v curl >/dev/null 2>&1 || fail "curl is needed to query Prometheus (apt-get install curl)"
 say "$(prometheus --version 2>&1 | head -n 1)"
+
+# The shipped rules: valid, and each alert fires on its test series.
+command -v promtool >/dev/null 2>&1 || fail "promtool is missing (Debian's prometheus package has it)"
+promtool check rules "$root/deploy/prometheus/leasehold-rules.yaml" >&2 || fail "promtool check rules"
+(cd "$root/deploy/prometheus" && promtool test rules leasehold-rules_test.yaml) >&2 || fail "promtool test rules"
 # The time bound starts once the tools are there (an install's duration is
 # the mirror's, not ours).
 deadline=$((SECONDS + timeout_s))
