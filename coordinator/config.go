@@ -257,7 +257,7 @@ type Config struct {
 	OutageLogInterval time.Duration
 	// QueueMetricsInterval is how old the queue gauges may get before a
 	// collection reads the store again. Default QueueMetricsIntervalDefault
-	// (5s).
+	// (1s).
 	QueueMetricsInterval time.Duration
 	// WorkerSeenWindow is how long a unary-only worker stays in ListWorkers
 	// after its last call. Default WorkerSeenWindowDefault (2m).
