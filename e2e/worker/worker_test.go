@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -353,9 +354,11 @@ func TestWorkerReconnectsAfterCoordinatorRestart(t *testing.T) {
 // and completes on its first attempt.
 func TestWorkerLeasesSurviveConnectionAge(t *testing.T) {
 	t.Parallel()
+	serverLog := &testlog.Buffer{}
 	h := setup(t, setupOptions{postgres: true, configure: func(c *coordinator.Config) {
 		c.MaxConnectionAge = time.Second
 		c.MaxConnectionAgeGrace = 300 * time.Millisecond
+		c.Logger = serverLog.Logger(slog.LevelInfo)
 	}})
 	job := h.create("q", "long", "x")
 
@@ -389,6 +392,12 @@ func TestWorkerLeasesSurviveConnectionAge(t *testing.T) {
 	if final.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || string(final.GetResult()) != "kept" || final.GetAttempts() != 1 {
 		t.Fatalf("job ended %s with %q after %d attempts; want SUCCEEDED, \"kept\", 1 attempt (its lease survived the reconnects)",
 			final.GetState(), final.GetResult(), final.GetAttempts())
+	}
+	// An aged-out stream is routine: no Warn per worker per connection age.
+	for line := range strings.Lines(serverLog.String()) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			t.Errorf("the coordinator logged an aged-out stream above Info: %s", line)
+		}
 	}
 }
 
