@@ -11,8 +11,9 @@
 #      second;
 #   4. create a job with the CLI;
 #   5. query Prometheus until leasehold_queue_jobs{queue="prometheus-check",
-#      state="queued"} is 1, or fail after PROMETHEUS_CHECK_TIMEOUT seconds
-#      (default 90).
+#      state="queued"} is 1, and then the recording rule of
+#      deploy/prometheus/leasehold-rules.yaml over it (loaded as rule_files),
+#      or fail after PROMETHEUS_CHECK_TIMEOUT seconds (default 90).
 #
 # Everything listens on 127.0.0.1 only, and both processes are stopped (by
 # their process ids) and the temporary directory removed on every exit.
@@ -123,6 +124,8 @@ cat >"$tmp/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files:
+  - $root/deploy/prometheus/leasehold-rules.yaml
 scrape_configs:
   - job_name: leasehold
     static_configs:
@@ -141,15 +144,18 @@ say "prometheus ready on $prom_addr"
 # 4. A job.
 "$bin" --addr "$grpc_addr" job create --queue "$queue" --kind check --payload '{}' >/dev/null
 
-# 5. Ask Prometheus.
-query="leasehold_queue_jobs{queue=\"$queue\",state=\"queued\"}"
-while :; do
-  body="$(curl -fsS --get "http://$prom_addr/api/v1/query" --data-urlencode "query=$query" || true)"
-  # The value of an instant vector sample: ..."value":[<time>,"1"]...
-  if printf '%s' "$body" | grep -q '"value":\[[0-9.]*,"1"\]'; then
-    say "OK: Prometheus has $query = 1"
-    exit 0
-  fi
-  [ "$SECONDS" -lt "$deadline" ] || fail "Prometheus never had $query = 1; last answer: $body"
-  sleep 1
+# 5. Ask Prometheus: the scraped gauge, then the shipped recording rule
+# over it (so the rules use the names the coordinator really exports).
+for query in "leasehold_queue_jobs{queue=\"$queue\",state=\"queued\"}" \
+  "leasehold:queue_jobs:max{queue=\"$queue\",state=\"queued\"}"; do
+  while :; do
+    body="$(curl -fsS --get "http://$prom_addr/api/v1/query" --data-urlencode "query=$query" || true)"
+    # The value of an instant vector sample: ..."value":[<time>,"1"]...
+    if printf '%s' "$body" | grep -q '"value":\[[0-9.]*,"1"\]'; then
+      say "OK: Prometheus has $query = 1"
+      break
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || fail "Prometheus never had $query = 1; last answer: $body"
+    sleep 1
+  done
 done
