@@ -505,14 +505,17 @@ func TestFullRenderExtras(t *testing.T) {
 	if !selects(np.Spec.PodSelector.MatchLabels, r.deployment.Spec.Template.Labels) || selects(np.Spec.PodSelector.MatchLabels, r.job.Spec.Template.Labels) {
 		t.Errorf("NetworkPolicy selects %v: want the coordinator pods only", np.Spec.PodSelector.MatchLabels)
 	}
-	ports := map[string]int{}
+	ports := map[string][]networkingv1.NetworkPolicyPeer{}
 	for _, rule := range np.Spec.Ingress {
 		for _, p := range rule.Ports {
-			ports[p.Port.String()] = len(rule.From)
+			ports[p.Port.String()] = rule.From
 		}
 	}
-	if ports["grpc"] != 1 || ports["http"] != 1 || len(ports) != 2 {
-		t.Errorf("NetworkPolicy ingress ports (and peers) %v, want grpc and http from the values' peers", ports)
+	grpcPeers := ports["grpc"]
+	if len(ports) != 2 || len(ports["http"]) != 1 || len(grpcPeers) != 2 || grpcPeers[0].NamespaceSelector == nil {
+		t.Errorf("NetworkPolicy ingress %v, want grpc from the values' peer and the test pod, http from the values' peer", ports)
+	} else if sel := grpcPeers[1].PodSelector; sel == nil || !selects(sel.MatchLabels, r.testPod.Labels) {
+		t.Errorf("NetworkPolicy's second gRPC peer %+v does not let the helm test pod in (labels %v)", grpcPeers[1], r.testPod.Labels)
 	}
 
 	if r.prometheusRule == nil {
