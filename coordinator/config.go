@@ -253,9 +253,13 @@ type Config struct {
 	// for the readiness health status; a probe also times out after it.
 	// Default ReadinessProbeIntervalDefault (5s).
 	ReadinessProbeInterval time.Duration
+	// OutageLogInterval is how often an outage of the store that goes on
+	// is summarised at Warn (it is logged once when it starts and once when
+	// it ends). Default OutageLogIntervalDefault (30s).
+	OutageLogInterval time.Duration
 	// QueueMetricsInterval is how old the queue gauges may get before a
 	// collection reads the store again. Default QueueMetricsIntervalDefault
-	// (5s).
+	// (1s).
 	QueueMetricsInterval time.Duration
 	// WorkerSeenWindow is how long a unary-only worker stays in ListWorkers
 	// after its last call. Default WorkerSeenWindowDefault (2m).
@@ -318,6 +322,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
+	c.OutageLogInterval = cmp.Or(c.OutageLogInterval, OutageLogIntervalDefault)
 	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
 	c.WorkerSeenWindow = cmp.Or(c.WorkerSeenWindow, WorkerSeenWindowDefault)
 	if c.MeterProvider == nil {
@@ -396,6 +401,7 @@ func (c Config) Validate() error {
 		{"RetentionInterval", c.RetentionInterval},
 		{"ShutdownGrace", c.ShutdownGrace},
 		{"ReadinessProbeInterval", c.ReadinessProbeInterval},
+		{"OutageLogInterval", c.OutageLogInterval},
 		{"QueueMetricsInterval", c.QueueMetricsInterval},
 		{"WorkerSeenWindow", c.WorkerSeenWindow},
 		{"ConnectionTimeout", c.ConnectionTimeout},

@@ -16,8 +16,10 @@ import (
 
 // QueueMetricsIntervalDefault is how old the queue gauges may get: a
 // collection (a Prometheus scrape, an OTLP push) younger than this reuses
-// the last store reading instead of querying again.
-const QueueMetricsIntervalDefault = 5 * time.Second
+// the last store reading instead of querying again. It is short, so that
+// a scrape shows the database as it is (within one scrape interval), and
+// long enough that several readers scraping at once cost one query.
+const QueueMetricsIntervalDefault = time.Second
 
 // queueMetricsTimeout bounds the store query behind the queue gauges, so
 // that a slow database cannot hold a scrape past Prometheus' own timeout.

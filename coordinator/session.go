@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -264,7 +265,7 @@ func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvD
 	flush := func() error {
 		for _, m := range s.takeOut() {
 			if err := stream.Send(m); err != nil {
-				return err
+				return connectionGone(err)
 			}
 		}
 		return nil
@@ -504,6 +505,19 @@ func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 func recvStatus(err error) error {
 	if errors.Is(err, io.EOF) {
 		return nil
+	}
+	return connectionGone(err)
+}
+
+// connectionGone turns the error of a Recv or Send on a stream whose
+// connection went away ("transport is closing": it aged out after
+// MaxConnectionAge, or the worker vanished) into CANCELED. Nobody reads
+// this status; it is what the access log records, and an ending that is
+// not the coordinator's fault logs at Debug, as a cancelled call does,
+// rather than at Warn once per worker per connection age.
+func connectionGone(err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return status.Error(codes.Canceled, "connection closed: "+st.Message())
 	}
 	return err
 }

@@ -38,6 +38,9 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// kubeServiceAccountDir replaces kubesecret.ServiceAccountDir when set
+	// (tests).
+	kubeServiceAccountDir string
 
 	global globalFlags // set by the root command's flags
 }

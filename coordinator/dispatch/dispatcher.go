@@ -496,7 +496,7 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 	if len(asks) > 0 {
 		jobs, err = d.cfg.Store.ClaimMany(ctx, store.ClaimManyParams{Tenant: g.tenant, Queues: g.queues, Waiters: asks, Now: d.now()})
 		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "dispatch claim failed; the next wake-up or poll retries",
+			d.log.Log(ctx, store.FailureLevel(err), "dispatch claim failed; the next wake-up or poll retries",
 				slog.String("tenant", g.tenant), slog.Int("waiters", len(asks)), slog.String("error", err.Error()))
 		}
 	}
@@ -599,7 +599,7 @@ func (d *Dispatcher) listen(ctx context.Context, n store.JobNotifier) {
 	for ctx.Err() == nil {
 		ch, err := n.SubscribeJobs(ctx)
 		if err != nil {
-			d.log.WarnContext(ctx, "job notifications unavailable; polling only until resubscribed",
+			d.log.Log(ctx, store.FailureLevel(err), "job notifications unavailable; polling only until resubscribed",
 				slog.String("error", err.Error()))
 		} else {
 			for ref := range ch {
