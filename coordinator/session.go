@@ -418,13 +418,18 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		return nil // the stream ended meanwhile; nothing to track
 	}
 	for _, r := range results {
-		if r.Status == store.RenewLost {
+		if r.Status == store.RenewLost || r.Status == store.RenewReported {
 			if t, ok := s.leases[r.Token.JobID]; ok && t.Generation == r.Token.Generation {
 				delete(s.leases, r.Token.JobID)
 			}
-			s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
-				LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
-			}})
+			// A lease the worker's own report ended (the heartbeat was
+			// sent before the report's answer came back) is not lost: the
+			// report's answer tells the worker how it ended.
+			if r.Status == store.RenewLost {
+				s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
+					LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
+				}})
+			}
 			continue
 		}
 		// A lease renewed through this stream is held here, even when it
