@@ -521,13 +521,14 @@ func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 			continue
 		}
 		s.mu.Lock()
-		n := len(s.leases)
+		n, unacked := len(s.leases), len(s.unacked)
 		s.mu.Unlock()
 		out = append(out, &leaseholdv1.WorkerInfo{
 			WorkerId: s.hello.workerID, Queues: s.hello.queues, Capacity: s.hello.capacity,
 			ActiveLeases: int32(n), Credits: int32(c.dispatcher.Credits(s.waiter)),
 			Labels: s.hello.labels, Sdk: s.hello.sdk,
 			ConnectedAt: timestamppb.New(s.connectedAt), CoordinatorId: c.cfg.ID,
+			UnacknowledgedLeases: int32(unacked), AcknowledgesLeases: s.hello.acks,
 		})
 	}
 	return out

@@ -128,6 +128,9 @@ func TestAStreamIsPushedNoMoreThanItsBoundOfUnacknowledgedLeases(t *testing.T) {
 				}
 			}
 			wantLeased(2, "before any acknowledgement")
+			if ws := c.workers(TenantDefault); len(ws) != 1 || ws[0].GetUnacknowledgedLeases() != 2 || ws[0].GetAcknowledgesLeases() != acks {
+				t.Fatalf("ListWorkers: %v; want 2 unacknowledged leases, acknowledges_leases %v", ws, acks)
+			}
 			first := []*leaseholdv1.LeaseToken{stream.lease(), stream.lease()}
 			acknowledge(first[0])
 			wantLeased(3, "after one acknowledgement")
