@@ -82,8 +82,15 @@ func TestAbuseStreamHoardersHoldAtMostTheirBound(t *testing.T) {
 	// Peak leases held by each hoarder, as the coordinator reports them.
 	peaks := watchHeld(ctx, t, c.admin)
 
-	// Give dispatch time to push everything it would push to them.
-	time.Sleep(3 * time.Second)
+	// Let dispatch push them what it will before the honest worker
+	// starts: both hoarders hold leases, then a second more.
+	for deadline := time.Now().Add(time.Minute); peaks.peak("hoarder-legacy") == 0 || peaks.peak("hoarder-acks") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hoarders were pushed nothing within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 
 	// The honest worker: claims and completes until the queue is empty
 	// and the acking hoarder's released leases are done too.
