@@ -273,6 +273,9 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	s.reports.Wait()
 	s.stopAckTimer()
 	if cause := context.Cause(sctx); errors.Is(cause, errNotAcknowledging) || errors.Is(cause, errNotReading) {
+		// No round may claim for the stream again (the released leases
+		// make room under its bound): its Deliver would refuse them.
+		c.dispatcher.Remove(s.waiter)
 		s.releaseUnacked(ctx)
 	}
 	return err
