@@ -32,6 +32,20 @@ const (
 	PayloadMaxBytesDefault = 1 << 20
 	// IdempotencyWindowDefault is how long a request_id is remembered.
 	IdempotencyWindowDefault = store.IdempotencyWindowDefault
+	// StreamUnackedLeasesDefault and StreamUnackedBytesDefault bound what
+	// one stream may have been pushed and not acknowledged: 64 leases,
+	// 16 MiB. An acknowledging worker answers within a round trip, so the
+	// bounds only cap a burst; a stream that never reads holds no more.
+	StreamUnackedLeasesDefault = 64
+	StreamUnackedBytesDefault  = 16 << 20
+	// StreamUnackedBytesMax is the largest StreamUnackedBytes (1 GiB).
+	StreamUnackedBytesMax = 1 << 30
+	// StreamAckTimeoutDefault is how long a lease_acks worker may leave a
+	// pushed lease unacknowledged before its stream is ended.
+	StreamAckTimeoutDefault = 10 * time.Second
+	// StreamAckTimeoutMin and StreamAckTimeoutMax bound StreamAckTimeout.
+	StreamAckTimeoutMin = 10 * time.Millisecond
+	StreamAckTimeoutMax = 10 * time.Minute
 	// UnaryTimeoutDefault is the server-side deadline of a unary call whose
 	// client set none (or a longer one).
 	UnaryTimeoutDefault = 30 * time.Second
@@ -162,6 +176,23 @@ type Config struct {
 	// Claims without a duration use their queue policy's default. Default
 	// store.LeaseDurationDefault (30s); within [1s, 1h].
 	DefaultLeaseDuration time.Duration
+	// StreamUnackedLeases and StreamUnackedBytes bound the leases (and
+	// their encoded bytes) pushed to one Connect stream and not yet
+	// acknowledged by its worker (a LeaseAck, or a heartbeat or report
+	// naming the lease): at either bound nothing more is pushed to the
+	// stream until acknowledgements come. A claim for the stream takes no
+	// more leases than fit in the bytes left if each were as large as the
+	// largest lease pushed to it so far (the payload limit before the
+	// first), and at least one. Defaults StreamUnackedLeasesDefault (64) and
+	// StreamUnackedBytesDefault (16 MiB); see docs/streams.md.
+	StreamUnackedLeases int
+	StreamUnackedBytes  int
+	// StreamAckTimeout is how long a lease pushed to a stream whose worker
+	// declared the "lease_acks" feature may stay unacknowledged: past it
+	// the stream is ended (RESOURCE_EXHAUSTED, STREAM_NOT_ACKNOWLEDGING)
+	// and its unacknowledged leases are released. Default
+	// StreamAckTimeoutDefault (10s).
+	StreamAckTimeout time.Duration
 	// IdempotencyWindow is how long a request_id is remembered. Default
 	// IdempotencyWindowDefault (24h).
 	IdempotencyWindow time.Duration
@@ -299,6 +330,9 @@ func (c Config) WithDefaults() Config {
 	c.PayloadMaxBytes = cmp.Or(c.PayloadMaxBytes, PayloadMaxBytesDefault)
 	c.ListPageBytes = cmp.Or(c.ListPageBytes, ListPageBytesDefault)
 	c.DefaultLeaseDuration = cmp.Or(c.DefaultLeaseDuration, store.LeaseDurationDefault)
+	c.StreamUnackedLeases = cmp.Or(c.StreamUnackedLeases, StreamUnackedLeasesDefault)
+	c.StreamUnackedBytes = cmp.Or(c.StreamUnackedBytes, StreamUnackedBytesDefault)
+	c.StreamAckTimeout = cmp.Or(c.StreamAckTimeout, StreamAckTimeoutDefault)
 	c.IdempotencyWindow = cmp.Or(c.IdempotencyWindow, IdempotencyWindowDefault)
 	c.UnaryTimeout = cmp.Or(c.UnaryTimeout, UnaryTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
@@ -388,6 +422,15 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
 		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
+	}
+	if c.StreamUnackedLeases < 1 || c.StreamUnackedLeases > CreditsMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedLeases must be in [1, %d]", CreditsMax))
+	}
+	if c.StreamUnackedBytes < 1 || c.StreamUnackedBytes > StreamUnackedBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedBytes must be in [1, %d]", StreamUnackedBytesMax))
+	}
+	if c.StreamAckTimeout < StreamAckTimeoutMin || c.StreamAckTimeout > StreamAckTimeoutMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamAckTimeout must be in [%v, %v]", StreamAckTimeoutMin, StreamAckTimeoutMax))
 	}
 	for _, d := range []struct {
 		name string

@@ -33,8 +33,12 @@ const (
 	// ReasonStreamNotReading: a Connect stream ended because its client
 	// stopped reading while the coordinator's queue for it grew.
 	ReasonStreamNotReading = "STREAM_NOT_READING"
-	ReasonUnimplemented    = "UNIMPLEMENTED"
-	ReasonInternal         = "INTERNAL"
+	// ReasonStreamNotAcknowledging: a worker that declared the lease_acks
+	// feature left a pushed lease unacknowledged past the ack timeout; its
+	// stream was ended and its unacknowledged leases released.
+	ReasonStreamNotAcknowledging = "STREAM_NOT_ACKNOWLEDGING"
+	ReasonUnimplemented          = "UNIMPLEMENTED"
+	ReasonInternal               = "INTERNAL"
 	// ReasonReportMismatch: the lease already made this terminal report
 	// with another result or error; the first one stands.
 	ReasonReportMismatch = "REPORT_MISMATCH"

@@ -570,13 +570,13 @@ func TestAbusePreHandshakeConnections(t *testing.T) {
 	}
 }
 
-// A worker stream that grants credits for everything and never reads,
-// against 100 jobs of 1 MB: the leases it asked for queue up for it until
-// the queue passes its hard bound (64 MB), and then the coordinator ends
-// the stream (RESOURCE_EXHAUSTED, STREAM_NOT_READING) instead of holding
-// more: its memory stays bounded and the probe stays fast. (Hello.capacity
-// is what bounds how many leases a stream may hold: the hoarder asked for
-// 10,000.)
+// A worker stream that declares lease_acks, grants credits for
+// everything and never reads, against 100 jobs of 1 MB: it is pushed no
+// more than its bound of unacknowledged leases (16 MiB here), and after
+// the ack timeout (10s) the coordinator ends the stream
+// (RESOURCE_EXHAUSTED, STREAM_NOT_ACKNOWLEDGING) and releases them: its
+// memory stays bounded and the probe stays fast. (abuse_stream_test.go
+// has 250 jobs, an old-style hoarder too, and an honest worker.)
 func TestAbuseStreamThatNeverReads(t *testing.T) {
 	const jobs, payload, rssMaxMB = 100, 1_000_000, 250
 	p, c, probeID := abuseServe(t)
@@ -600,7 +600,7 @@ func TestAbuseStreamThatNeverReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: 10_000}
+	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: 10_000, Features: []string{"lease_acks"}}
 	if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
@@ -623,8 +623,8 @@ func TestAbuseStreamThatNeverReads(t *testing.T) {
 	t.Logf("stream that never reads: %d jobs of %d bytes pushed to a stream that asked for 10,000; it was ended with %v %s "+
 		"(%d messages were in flight to it); RSS peak %.1f MB (bound %d MB); probe GetJob p50 %v p99 %v over %d calls",
 		jobs, payload, code, reason, received, peak, rssMaxMB, p50, p99, n)
-	if code != codes.ResourceExhausted || reason != "STREAM_NOT_READING" {
-		t.Errorf("the stream that never reads ended with %v; want RESOURCE_EXHAUSTED STREAM_NOT_READING", err)
+	if code != codes.ResourceExhausted || reason != "STREAM_NOT_ACKNOWLEDGING" {
+		t.Errorf("the stream that never reads ended with %v; want RESOURCE_EXHAUSTED STREAM_NOT_ACKNOWLEDGING", err)
 	}
 	if peak > rssMaxMB {
 		t.Errorf("RSS peaked at %.1f MB; want under %d MB", peak, rssMaxMB)

@@ -16,6 +16,7 @@ import (
 // coordinator's; the coordinator's Config documents each one and
 // validates the values.
 type limitFlags struct {
+	streams              streamFlags // serve_streams.go
 	payloadMaxBytes      int
 	listPageBytes        int
 	unaryTimeout         time.Duration
@@ -56,6 +57,7 @@ func limitEnv(flag string) string {
 }
 
 func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
+	c.addStreamFlags(fs, f)
 	env := func(flag string) string { return " (env " + limitEnv(flag) + ")" }
 	fs.IntVar(&f.payloadMaxBytes, "max-payload-bytes", coordinator.PayloadMaxBytesDefault,
 		"largest payload, result, checkpoint state or effect result accepted, in bytes; requests may be this plus 1 MiB"+env("max-payload-bytes"))
@@ -104,6 +106,7 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 
 // apply copies the limits into cfg.
 func (f *limitFlags) apply(cfg *coordinator.Config) {
+	f.streams.apply(cfg)
 	cfg.PayloadMaxBytes = f.payloadMaxBytes
 	cfg.ListPageBytes = f.listPageBytes
 	cfg.UnaryTimeout = f.unaryTimeout
