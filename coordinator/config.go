@@ -69,6 +69,20 @@ const (
 	// is a large fleet per coordinator, and it stays under a typical 20k+
 	// file-descriptor limit.
 	MaxConnectionsDefault = 10_000
+	// MaxHeaderListBytesDefault bounds the headers (metadata) of one call,
+	// the sum of each field's name, value and 32 bytes (HTTP/2's
+	// SETTINGS_MAX_HEADER_LIST_SIZE). grpc-go reads a call's headers
+	// before any interceptor runs, authentication included, and otherwise
+	// accepts 16 MiB per call: a few calls with no key could take
+	// hundreds of megabytes. 16 KiB holds an authorization header, trace
+	// context and a user agent many times over; grpc-go itself is moving
+	// its default to 8 KiB. A larger header list ends the call (a header
+	// block far beyond it, the connection) before it is decoded.
+	MaxHeaderListBytesDefault = 16 << 10
+	// MaxHeaderListBytesMin and MaxHeaderListBytesMax bound
+	// MaxHeaderListBytes.
+	MaxHeaderListBytesMin = 1 << 10
+	MaxHeaderListBytesMax = 1 << 20
 	// MaxConnectionAgeGraceDefault is how long calls on a connection that
 	// reached MaxConnectionAge get to finish after its GOAWAY.
 	MaxConnectionAgeGraceDefault = 30 * time.Second
@@ -201,6 +215,10 @@ type Config struct {
 	// limiting net.Listener: further connections wait to be accepted).
 	// Default MaxConnectionsDefault (10,000).
 	MaxConnections int
+	// MaxHeaderListBytes bounds the headers (metadata) of one call.
+	// Default MaxHeaderListBytesDefault (16 KiB); within
+	// [MaxHeaderListBytesMin, MaxHeaderListBytesMax].
+	MaxHeaderListBytes int
 	// MaxConnectionAge, when positive, ends each connection after about
 	// this long (grpc-go adds ±10% jitter) with a GOAWAY, so clients
 	// reconnect and spread over the replicas behind a load balancer (a
@@ -313,6 +331,7 @@ func (c Config) WithDefaults() Config {
 	c.WatchersMax = cmp.Or(c.WatchersMax, WatchersMaxDefault)
 	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
+	c.MaxHeaderListBytes = cmp.Or(c.MaxHeaderListBytes, MaxHeaderListBytesDefault)
 	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
@@ -375,6 +394,9 @@ func (c Config) Validate() error {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
 		}
+	}
+	if c.MaxHeaderListBytes < MaxHeaderListBytesMin || c.MaxHeaderListBytes > MaxHeaderListBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: MaxHeaderListBytes must be in [%d, %d]", MaxHeaderListBytesMin, MaxHeaderListBytesMax))
 	}
 	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
 		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))

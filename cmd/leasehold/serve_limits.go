@@ -22,6 +22,7 @@ type limitFlags struct {
 	maxConcurrentStreams uint32
 	connectionTimeout    time.Duration
 	maxConnections       int
+	maxHeaderListBytes   int
 	maxConnectionAge     time.Duration
 	maxConnectionGrace   time.Duration
 	unaryRate            float64
@@ -44,7 +45,7 @@ type limitFlags struct {
 // variables it reads.
 var limitFlagNames = []string{
 	"max-payload-bytes", "list-page-bytes", "unary-timeout", "max-concurrent-streams",
-	"connection-timeout", "max-connections", "max-connection-age", "max-connection-age-grace",
+	"connection-timeout", "max-connections", "max-header-list-bytes", "max-connection-age", "max-connection-age-grace",
 	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
 	"watchers-per-connection", "watchers-max", "overload-log-interval",
@@ -69,6 +70,8 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"a connection that has not finished its TLS/HTTP/2 handshake in this long is closed"+env("connection-timeout"))
 	fs.IntVar(&f.maxConnections, "max-connections", coordinator.MaxConnectionsDefault,
 		"connections held at once; more wait to be accepted"+env("max-connections"))
+	fs.IntVar(&f.maxHeaderListBytes, "max-header-list-bytes", coordinator.MaxHeaderListBytesDefault,
+		"largest headers (metadata) of one call, in bytes; read before authentication"+env("max-header-list-bytes"))
 	fs.DurationVar(&f.maxConnectionAge, "max-connection-age", 0,
 		"end each connection after about this long (GOAWAY) so clients rebalance across replicas; 0 = never"+env("max-connection-age"))
 	fs.DurationVar(&f.maxConnectionGrace, "max-connection-age-grace", coordinator.MaxConnectionAgeGraceDefault,
@@ -110,6 +113,7 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.MaxConcurrentStreams = f.maxConcurrentStreams
 	cfg.ConnectionTimeout = f.connectionTimeout
 	cfg.MaxConnections = f.maxConnections
+	cfg.MaxHeaderListBytes = f.maxHeaderListBytes
 	cfg.MaxConnectionAge = f.maxConnectionAge
 	cfg.MaxConnectionAgeGrace = f.maxConnectionGrace
 	cfg.UnaryRate = f.unaryRate
