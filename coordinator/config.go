@@ -119,6 +119,14 @@ const (
 	// watcher costs one goroutine and a map entry (~10 KB), so 20,000 are
 	// ~200 MB at most.
 	WatchersMaxDefault = 20_000
+	// HealthWatchersPerConnectionMaxDefault and HealthWatchersMaxDefault
+	// cap grpc.health.v1 Watch streams per client connection and per
+	// coordinator. Health needs no credentials, so these caps are what
+	// stands between an anonymous client and a goroutine per stream. A
+	// gRPC client's health checking holds one Watch per connection and
+	// probes use Check (not limited); 1,000 watches cost ~10 MB.
+	HealthWatchersPerConnectionMaxDefault = 8
+	HealthWatchersMaxDefault              = 1000
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -256,6 +264,13 @@ type Config struct {
 	// WatchersMaxDefault (20,000).
 	WatchersPerConnectionMax int
 	WatchersMax              int
+	// HealthWatchersPerConnectionMax and HealthWatchersMax cap
+	// grpc.health.v1 Watch streams per client connection and per
+	// coordinator (RESOURCE_EXHAUSTED, reason WATCH_LIMIT), counted before
+	// anything else runs. Defaults HealthWatchersPerConnectionMaxDefault
+	// (8) and HealthWatchersMaxDefault (1,000).
+	HealthWatchersPerConnectionMax int
+	HealthWatchersMax              int
 	// OverloadLogInterval is how often the refusals of the rate limits,
 	// the load shedder and the watch caps are logged, at Warn, as one
 	// summary line with counts (when there were any). Default
@@ -329,6 +344,8 @@ func (c Config) WithDefaults() Config {
 	c.ShedWait = cmp.Or(c.ShedWait, ShedWaitDefault)
 	c.WatchersPerConnectionMax = cmp.Or(c.WatchersPerConnectionMax, WatchersPerConnectionMaxDefault)
 	c.WatchersMax = cmp.Or(c.WatchersMax, WatchersMaxDefault)
+	c.HealthWatchersPerConnectionMax = cmp.Or(c.HealthWatchersPerConnectionMax, HealthWatchersPerConnectionMaxDefault)
+	c.HealthWatchersMax = cmp.Or(c.HealthWatchersMax, HealthWatchersMaxDefault)
 	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	c.MaxHeaderListBytes = cmp.Or(c.MaxHeaderListBytes, MaxHeaderListBytesDefault)
@@ -390,6 +407,8 @@ func (c Config) Validate() error {
 		{"MaxInFlightWrites", c.MaxInFlightWrites},
 		{"WatchersPerConnectionMax", c.WatchersPerConnectionMax},
 		{"WatchersMax", c.WatchersMax},
+		{"HealthWatchersPerConnectionMax", c.HealthWatchersPerConnectionMax},
+		{"HealthWatchersMax", c.HealthWatchersMax},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))

@@ -50,11 +50,13 @@ type Coordinator struct {
 	unaryLimit  *rateLimiter
 	streamLimit *rateLimiter
 	shedder     *loadShedder
-	leases      leaseSigner
-	metrics     *Metrics
-	tracer      trace.Tracer
-	ready       readiness
-	seen        *seenWorkers
+	// healthWatches caps grpc.health.v1 Watch streams.
+	healthWatches *healthWatchLimit
+	leases        leaseSigner
+	metrics       *Metrics
+	tracer        trace.Tracer
+	ready         readiness
+	seen          *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
 	// readinessDone is closed when the store prober has returned; nil
@@ -120,6 +122,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
 	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
 	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
+	c.healthWatches = newHealthWatchLimit(cfg.HealthWatchersPerConnectionMax, cfg.HealthWatchersMax)
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,

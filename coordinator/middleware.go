@@ -124,6 +124,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(
 			noteStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
+			c.limitHealthWatch,
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
 			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),

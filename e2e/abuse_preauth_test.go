@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testkit/pgtest"
@@ -83,11 +84,18 @@ const (
 	// the server's advertised SETTINGS_MAX_HEADER_LIST_SIZE is ignored,
 	// as an attacker would.
 	attackHeaders = "headers"
+	// attackHealthWatch: healthWatches grpc.health.v1 Watch streams with no
+	// key over healthWatchConns connections, all held until every one has
+	// been tried.
+	attackHealthWatch = "health-watch"
 )
 
 const (
-	hugeHeaderCalls = 24
-	hugeHeaderBytes = 15 << 20
+	healthWatches, healthWatchConns = 5000, 10
+	// healthWatchesPerConn is coordinator.HealthWatchersPerConnectionMaxDefault.
+	healthWatchesPerConn = 8
+	hugeHeaderCalls      = 24
+	hugeHeaderBytes      = 15 << 20
 )
 
 // runAttackHelper runs one attack at addr and prints its attackResult; it
@@ -110,6 +118,8 @@ func runAttackHelper(attack, addr string) int {
 			})
 		}
 		wg.Wait()
+	case attackHealthWatch:
+		res = healthWatchAttack(ctx, addr)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown attack %q\n", attack)
 		return 2
@@ -249,6 +259,50 @@ func hugeHeaderCall(ctx context.Context, addr string, padBytes int) (code, refus
 	}
 }
 
+// healthWatchAttack opens healthWatches Watch streams and holds every one
+// the server accepted (answered its first status) until all were tried.
+func healthWatchAttack(ctx context.Context, addr string) attackResult {
+	res := attackResult{Codes: map[string]int{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the held watches
+	var hcs []healthpb.HealthClient
+	for range healthWatchConns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			res.add("", "dial: "+err.Error())
+			return res
+		}
+		defer conn.Close()
+		hcs = append(hcs, healthpb.NewHealthClient(conn))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200)
+	for i := range healthWatches {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w, err := hcs[i%healthWatchConns].Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				_, err = w.Recv()
+			}
+			code, reason := errorInfo(err)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				res.Codes["accepted"]++
+			case reason != "":
+				res.Codes[code.String()+" "+reason]++
+			default:
+				res.Codes[code.String()]++
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
 // runAttacker runs the attack helper against addr and returns its result.
 func runAttacker(t *testing.T, attack, addr string) attackResult {
 	t.Helper()
@@ -375,4 +429,33 @@ func sumCodes(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// 5,000 grpc.health.v1 Watch streams with no key over 10 connections,
+// from another process: at most the caps are accepted (8 per connection
+// here), the rest are refused RESOURCE_EXHAUSTED WATCH_LIMIT with a
+// RetryInfo; the coordinator's peak RSS stays under 300 MB and the probe
+// is served throughout.
+func TestAbuseHealthWatchesBeforeAuth(t *testing.T) {
+	const rssMaxMB = 300
+	s := preauthServe(t)
+	pid := s.p.Cmd.Process.Pid
+	before := hwmMB(t, pid)
+	probe := startProbe(t, s.p.Addr, s.probeID, s.withKey)
+	probe.p99Max = 0 // reported, not asserted
+	res := runAttacker(t, attackHealthWatch, s.p.Addr)
+	p50, p99, n := probe.Stop(t)
+	peak := hwmMB(t, pid)
+	t.Logf("health watches: %d Watch streams with no key over %d connections (another process) in %dms: %v; "+
+		"coordinator VmHWM %.1f MB before, %.1f MB after (bound %d MB); probe GetJob p50 %v p99 %v over %d calls",
+		healthWatches, healthWatchConns, res.TookMS, res.Codes, before, peak, rssMaxMB, p50, p99, n)
+	if most := healthWatchConns * healthWatchesPerConn; res.Codes["accepted"] > most {
+		t.Errorf("%d health watches accepted; want at most %d (%d per connection)", res.Codes["accepted"], most, healthWatchesPerConn)
+	}
+	if refused := res.Codes["ResourceExhausted WATCH_LIMIT"]; res.Codes["accepted"]+refused != healthWatches {
+		t.Errorf("health watches ended %v; want each accepted or refused WATCH_LIMIT", res.Codes)
+	}
+	if peak > rssMaxMB {
+		t.Errorf("coordinator peak RSS (VmHWM) %.1f MB; want at most %d MB", peak, rssMaxMB)
+	}
 }

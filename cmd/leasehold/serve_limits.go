@@ -34,6 +34,8 @@ type limitFlags struct {
 	shedWait             time.Duration
 	watchersPerConn      int
 	watchersMax          int
+	healthWatchersPer    int
+	healthWatchersMax    int
 	overloadLogInterval  time.Duration
 
 	// envErr is the first LEASEHOLD_* value that did not parse, reported
@@ -48,7 +50,7 @@ var limitFlagNames = []string{
 	"connection-timeout", "max-connections", "max-header-list-bytes", "max-connection-age", "max-connection-age-grace",
 	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
-	"watchers-per-connection", "watchers-max", "overload-log-interval",
+	"watchers-per-connection", "watchers-max", "health-watchers-per-connection", "health-watchers-max", "overload-log-interval",
 }
 
 // limitEnv is the environment variable of a limit flag.
@@ -94,6 +96,10 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"WatchJob streams per client connection"+env("watchers-per-connection"))
 	fs.IntVar(&f.watchersMax, "watchers-max", coordinator.WatchersMaxDefault,
 		"WatchJob streams per coordinator"+env("watchers-max"))
+	fs.IntVar(&f.healthWatchersPer, "health-watchers-per-connection", coordinator.HealthWatchersPerConnectionMaxDefault,
+		"grpc.health.v1 Watch streams per client connection (no credentials needed; Check is not limited)"+env("health-watchers-per-connection"))
+	fs.IntVar(&f.healthWatchersMax, "health-watchers-max", coordinator.HealthWatchersMaxDefault,
+		"grpc.health.v1 Watch streams per coordinator"+env("health-watchers-max"))
 	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
 		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
 	for _, name := range limitFlagNames {
@@ -125,5 +131,7 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.ShedWait = f.shedWait
 	cfg.WatchersPerConnectionMax = f.watchersPerConn
 	cfg.WatchersMax = f.watchersMax
+	cfg.HealthWatchersPerConnectionMax = f.healthWatchersPer
+	cfg.HealthWatchersMax = f.healthWatchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
 }
