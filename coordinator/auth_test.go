@@ -118,6 +118,9 @@ func (e *authEnv) key(tenant string, role store.Role, queues ...string) (string,
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// Written behind the coordinator's back, as another coordinator
+	// would: usable here at once rather than after principalMissRefresh.
+	e.c.auth.dir.invalidate()
 	return secret, p
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -99,6 +100,28 @@ const (
 	// bursts of 1,000 (a fleet reconnecting after a coordinator restart).
 	StreamOpenRateDefault  = 100
 	StreamOpenBurstDefault = 1000
+	// ConnectionCallRateDefault and ConnectionCallBurstDefault are each
+	// client connection's token bucket for unary calls, taken before
+	// authentication (so a caller with a wrong key or none is throttled
+	// too): twice a principal's, since one connection normally carries one
+	// principal's calls.
+	ConnectionCallRateDefault  = 2000
+	ConnectionCallBurstDefault = 4000
+	// AddressCallRateDefault and AddressCallBurstDefault are the same per
+	// remote address (many clients may share one behind NAT).
+	AddressCallRateDefault  = 5000
+	AddressCallBurstDefault = 10_000
+	// ConnectionStreamOpenRateDefault and ConnectionStreamOpenBurstDefault
+	// are each connection's bucket for opening streams before
+	// authentication; AddressStreamOpenRateDefault and
+	// AddressStreamOpenBurstDefault each remote address's (a fleet behind
+	// one address reconnecting at once: up to MaxConnectionsDefault).
+	ConnectionStreamOpenRateDefault  = 100
+	ConnectionStreamOpenBurstDefault = 1000
+	AddressStreamOpenRateDefault     = 1000
+	AddressStreamOpenBurstDefault    = 10_000
+	// TrustedProxiesMax bounds TrustedProxies.
+	TrustedProxiesMax = 64
 	// MaxInFlightReadsDefault and MaxInFlightWritesDefault bound the unary
 	// calls doing store work at once, per lane (reads: Get*/List*; writes:
 	// everything else but Claim). Above the store's connection pool and
@@ -250,6 +273,32 @@ type Config struct {
 	// StreamOpenBurstDefault (1,000); a negative rate disables the limit.
 	StreamOpenRate  float64
 	StreamOpenBurst int
+	// ConnectionCallRate and ConnectionCallBurst, AddressCallRate and
+	// AddressCallBurst are token buckets for unary calls per client
+	// connection and per remote address, taken before authentication
+	// (RESOURCE_EXHAUSTED, RATE_LIMITED, with a RetryInfo delay).
+	// ConnectionStreamOpenRate, ConnectionStreamOpenBurst,
+	// AddressStreamOpenRate and AddressStreamOpenBurst are the same for
+	// opening streams. Defaults ConnectionCallRateDefault (2,000/s),
+	// ConnectionCallBurstDefault (4,000), AddressCallRateDefault (5,000/s),
+	// AddressCallBurstDefault (10,000), ConnectionStreamOpenRateDefault
+	// (100/s), ConnectionStreamOpenBurstDefault (1,000),
+	// AddressStreamOpenRateDefault (1,000/s), AddressStreamOpenBurstDefault
+	// (10,000); a negative rate disables a limit.
+	ConnectionCallRate        float64
+	ConnectionCallBurst       int
+	AddressCallRate           float64
+	AddressCallBurst          int
+	ConnectionStreamOpenRate  float64
+	ConnectionStreamOpenBurst int
+	AddressStreamOpenRate     float64
+	AddressStreamOpenBurst    int
+	// TrustedProxies are the networks of proxies whose x-forwarded-for
+	// header is believed: a call from one of them counts against the
+	// address it forwarded (the rightmost one not itself trusted), not
+	// against the proxy. Empty (the default): the peer's address always;
+	// x-forwarded-for is ignored. At most TrustedProxiesMax.
+	TrustedProxies []netip.Prefix
 	// MaxInFlightReads and MaxInFlightWrites bound the unary calls doing
 	// store work at once (see loadShedder); a call that finds its lane
 	// full for ShedWait is refused UNAVAILABLE, reason OVERLOADED, with a
@@ -339,6 +388,14 @@ func (c Config) WithDefaults() Config {
 	c.UnaryBurst = cmp.Or(c.UnaryBurst, UnaryBurstDefault)
 	c.StreamOpenRate = cmp.Or(c.StreamOpenRate, StreamOpenRateDefault)
 	c.StreamOpenBurst = cmp.Or(c.StreamOpenBurst, StreamOpenBurstDefault)
+	c.ConnectionCallRate = cmp.Or(c.ConnectionCallRate, ConnectionCallRateDefault)
+	c.ConnectionCallBurst = cmp.Or(c.ConnectionCallBurst, ConnectionCallBurstDefault)
+	c.AddressCallRate = cmp.Or(c.AddressCallRate, AddressCallRateDefault)
+	c.AddressCallBurst = cmp.Or(c.AddressCallBurst, AddressCallBurstDefault)
+	c.ConnectionStreamOpenRate = cmp.Or(c.ConnectionStreamOpenRate, ConnectionStreamOpenRateDefault)
+	c.ConnectionStreamOpenBurst = cmp.Or(c.ConnectionStreamOpenBurst, ConnectionStreamOpenBurstDefault)
+	c.AddressStreamOpenRate = cmp.Or(c.AddressStreamOpenRate, AddressStreamOpenRateDefault)
+	c.AddressStreamOpenBurst = cmp.Or(c.AddressStreamOpenBurst, AddressStreamOpenBurstDefault)
 	c.MaxInFlightReads = cmp.Or(c.MaxInFlightReads, MaxInFlightReadsDefault)
 	c.MaxInFlightWrites = cmp.Or(c.MaxInFlightWrites, MaxInFlightWritesDefault)
 	c.ShedWait = cmp.Or(c.ShedWait, ShedWaitDefault)
@@ -391,7 +448,11 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate}} {
+	}{
+		{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate},
+		{"ConnectionCallRate", c.ConnectionCallRate}, {"AddressCallRate", c.AddressCallRate},
+		{"ConnectionStreamOpenRate", c.ConnectionStreamOpenRate}, {"AddressStreamOpenRate", c.AddressStreamOpenRate},
+	} {
 		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
 			errs = append(errs, fmt.Errorf("coordinator: %s must be a number of calls a second (negative: unlimited)", r.name))
 		}
@@ -403,6 +464,10 @@ func (c Config) Validate() error {
 		{"MaxConnections", c.MaxConnections},
 		{"UnaryBurst", c.UnaryBurst},
 		{"StreamOpenBurst", c.StreamOpenBurst},
+		{"ConnectionCallBurst", c.ConnectionCallBurst},
+		{"AddressCallBurst", c.AddressCallBurst},
+		{"ConnectionStreamOpenBurst", c.ConnectionStreamOpenBurst},
+		{"AddressStreamOpenBurst", c.AddressStreamOpenBurst},
 		{"MaxInFlightReads", c.MaxInFlightReads},
 		{"MaxInFlightWrites", c.MaxInFlightWrites},
 		{"WatchersPerConnectionMax", c.WatchersPerConnectionMax},
@@ -412,6 +477,14 @@ func (c Config) Validate() error {
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
+		}
+	}
+	if len(c.TrustedProxies) > TrustedProxiesMax {
+		errs = append(errs, fmt.Errorf("coordinator: at most %d TrustedProxies", TrustedProxiesMax))
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("coordinator: TrustedProxies holds an invalid network"))
 		}
 	}
 	if c.MaxHeaderListBytes < MaxHeaderListBytesMin || c.MaxHeaderListBytes > MaxHeaderListBytesMax {

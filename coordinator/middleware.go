@@ -58,7 +58,10 @@ const (
 // Chain order, outermost first (go-grpc-middleware's example server):
 // the call's note (refusals.go), which the inner defences write and the
 // logger reads; logging sees every call with its final code, refusals
-// included; auth (skipped by a selector for health and reflection, which
+// included; the limits that act before authentication (the health Watch
+// caps, then the buckets per connection and per remote address:
+// preauth.go), so that a caller without a valid credential is throttled
+// too; auth (skipped by a selector for health and reflection, which
 // are public) resolves the caller and checks the method's permission
 // before any handler runs; the rate limits, after auth so that buckets are
 // per principal; the load shedder, so that only admitted calls wait for
@@ -115,6 +118,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(
 			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
+			c.preAuthUnary,
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
 			selector.UnaryServerInterceptor(c.rateLimitUnary(c.unaryLimit), needsAuth),
 			selector.UnaryServerInterceptor(c.shedder.unary(), needsAuth),
@@ -125,6 +129,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 			noteStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
 			c.limitHealthWatch,
+			c.preAuthStream,
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
 			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),

@@ -34,6 +34,9 @@ const (
 	refusalRateLimited
 	refusalOverloaded
 	refusalWatchLimit
+	// refusalUnauthenticated: a failed authentication, summarised by
+	// authFailures rather than logged per call.
+	refusalUnauthenticated
 )
 
 // callNote is what the defences write about one call for the interceptors

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
@@ -88,10 +91,14 @@ const (
 	// key over healthWatchConns connections, all held until every one has
 	// been tried.
 	attackHealthWatch = "health-watch"
+	// attackWrongKeys: wrongKeyCalls GetJob calls, each with a different
+	// well-formed random API key, over wrongKeyConns connections.
+	attackWrongKeys = "wrong-keys"
 )
 
 const (
 	healthWatches, healthWatchConns = 5000, 10
+	wrongKeyCalls, wrongKeyConns    = 20_000, 10
 	// healthWatchesPerConn is coordinator.HealthWatchersPerConnectionMaxDefault.
 	healthWatchesPerConn = 8
 	hugeHeaderCalls      = 24
@@ -120,6 +127,8 @@ func runAttackHelper(attack, addr string) int {
 		wg.Wait()
 	case attackHealthWatch:
 		res = healthWatchAttack(ctx, addr)
+	case attackWrongKeys:
+		res = wrongKeyAttack(ctx, addr)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown attack %q\n", attack)
 		return 2
@@ -303,6 +312,48 @@ func healthWatchAttack(ctx context.Context, addr string) attackResult {
 	return res
 }
 
+// wrongKeyAttack sends wrongKeyCalls GetJobs, each with a fresh random
+// key of the right shape, 1,000 at a time.
+func wrongKeyAttack(ctx context.Context, addr string) attackResult {
+	res := attackResult{Codes: map[string]int{}}
+	var jcs []leaseholdv1.JobServiceClient
+	for range wrongKeyConns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			res.add("", "dial: "+err.Error())
+			return res
+		}
+		defer conn.Close()
+		jcs = append(jcs, leaseholdv1.NewJobServiceClient(conn))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	// Many at once: the coordinator answers an unknown key after its next
+	// directory reload, up to half a second later.
+	sem := make(chan struct{}, 1000)
+	for i := range wrongKeyCalls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var secret [32]byte
+			_, _ = rand.Read(secret[:])
+			key := coordinator.APIKeyPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
+			_, err := jcs[i%wrongKeyConns].GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: "01J00000000000000000000000"},
+				grpc.PerRPCCredentials(bearerKey(key)))
+			code, reason := errorInfo(err)
+			mu.Lock()
+			defer mu.Unlock()
+			if reason != "" {
+				res.Codes[code.String()+" "+reason]++
+			} else {
+				res.Codes[code.String()]++
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
 // runAttacker runs the attack helper against addr and returns its result.
 func runAttacker(t *testing.T, attack, addr string) attackResult {
 	t.Helper()
@@ -338,6 +389,7 @@ func (bearerKey) RequireTransportSecurity() bool { return false }
 type preauthServer struct {
 	p       *testserver.Process
 	tx      *txcount.Proxy
+	dbURL   string
 	key     string
 	withKey grpc.DialOption
 	c       clients
@@ -353,7 +405,7 @@ func preauthServe(t *testing.T, args ...string) *preauthServer {
 	}
 	t.Cleanup(tx.Close) // after the process has stopped (cleanups run last first)
 	p := testserver.StartProcess(t, append([]string{"--database-url", tx.URL, "--auth", "api-key"}, args...)...)
-	s := &preauthServer{p: p, tx: tx}
+	s := &preauthServer{p: p, tx: tx, dbURL: db}
 	s.key = keyCreateDB(t, db, "--role", "admin", "--name", "probe")
 	s.withKey = grpc.WithPerRPCCredentials(bearerKey(s.key))
 	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), s.withKey)
@@ -457,5 +509,72 @@ func TestAbuseHealthWatchesBeforeAuth(t *testing.T) {
 	}
 	if peak > rssMaxMB {
 		t.Errorf("coordinator peak RSS (VmHWM) %.1f MB; want at most %d MB", peak, rssMaxMB)
+	}
+}
+
+// 20,000 calls from another process, each with a different well-formed
+// random API key: each is refused (UNAUTHENTICATED, or RATE_LIMITED
+// before authentication) at the cost of at most 100 store transactions
+// all told, counted on the wire (the coordinator authenticates from its
+// principal directory in memory); the failures reach the log as summary
+// lines, not a line each. A key created meanwhile through another process
+// works within the auth cache bound (2.5s).
+func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
+	const txMax, newKeyMax = 100, 2500 * time.Millisecond
+	s := preauthServe(t, "--overload-log-interval", "1s")
+	// Let start-up and the fixture's writes settle, then count.
+	time.Sleep(time.Second)
+	tx0 := s.tx.Transactions()
+	res := runAttacker(t, attackWrongKeys, s.p.Addr)
+	txs := s.tx.Transactions() - tx0
+	// The summary comes at the end of its 1s interval.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(s.p.Output(), "authentication failures in the last interval") {
+			break
+		}
+	}
+	out := s.p.Output()
+	perCall := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "Unauthenticated") && !strings.Contains(line, "level=DEBUG") {
+			perCall++
+		}
+	}
+	summaries := strings.Count(out, "authentication failures in the last interval")
+
+	// A key created by another process (offline, in the database) while
+	// this coordinator holds its directory.
+	newKey := keyCreateDB(t, s.dbURL, "--role", "reader", "--name", "late")
+	created := time.Now()
+	late := leaseholdv1.NewJobServiceClient(s.p.Dial(t))
+	var lateErr error
+	for time.Since(created) < 2*newKeyMax {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, lateErr = late.GetJob(ctx, &leaseholdv1.GetJobRequest{JobId: s.probeID}, grpc.PerRPCCredentials(bearerKey(newKey)))
+		cancel()
+		if lateErr == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lateTook := time.Since(created)
+
+	t.Logf("wrong keys: %d GetJob calls with distinct random keys over %d connections (another process) in %dms: %v; "+
+		"%d store transactions meanwhile (bound %d); %d per-call log lines above Debug, %d summary lines; a key created elsewhere worked after %v (bound %v)",
+		wrongKeyCalls, wrongKeyConns, res.TookMS, res.Codes, txs, txMax, perCall, summaries, lateTook.Round(time.Millisecond), newKeyMax)
+	if n := res.Codes["Unauthenticated UNAUTHENTICATED"] + res.Codes["ResourceExhausted RATE_LIMITED"]; n != wrongKeyCalls {
+		t.Errorf("answers %v; want every call UNAUTHENTICATED or RATE_LIMITED", res.Codes)
+	}
+	if txs > txMax {
+		t.Errorf("%d store transactions for %d wrong keys; want at most %d", txs, wrongKeyCalls, txMax)
+	}
+	if summaries == 0 {
+		t.Error("no summary of the authentication failures in the log")
+	}
+	if perCall > 10 {
+		t.Errorf("%d log lines above Debug for refused authentications; want a summary per interval instead", perCall)
+	}
+	if lateErr != nil || lateTook > newKeyMax {
+		t.Errorf("a key created elsewhere: %v after %v; want it to work within %v", lateErr, lateTook, newKeyMax)
 	}
 }

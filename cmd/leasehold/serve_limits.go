@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -29,6 +30,15 @@ type limitFlags struct {
 	unaryBurst           int
 	streamOpenRate       float64
 	streamOpenBurst      int
+	connCallRate         float64
+	connCallBurst        int
+	addrCallRate         float64
+	addrCallBurst        int
+	connStreamRate       float64
+	connStreamBurst      int
+	addrStreamRate       float64
+	addrStreamBurst      int
+	trustedProxies       prefixList
 	maxInFlightReads     int
 	maxInFlightWrites    int
 	shedWait             time.Duration
@@ -49,6 +59,9 @@ var limitFlagNames = []string{
 	"max-payload-bytes", "list-page-bytes", "unary-timeout", "max-concurrent-streams",
 	"connection-timeout", "max-connections", "max-header-list-bytes", "max-connection-age", "max-connection-age-grace",
 	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
+	"connection-call-rate", "connection-call-burst", "address-call-rate", "address-call-burst",
+	"connection-stream-open-rate", "connection-stream-open-burst", "address-stream-open-rate", "address-stream-open-burst",
+	"trusted-proxies",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
 	"watchers-per-connection", "watchers-max", "health-watchers-per-connection", "health-watchers-max", "overload-log-interval",
 }
@@ -86,6 +99,25 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"streams (Connect, WatchJob) opened a second per principal (per connection with --auth none); negative = unlimited"+env("stream-open-rate"))
 	fs.IntVar(&f.streamOpenBurst, "stream-open-burst", coordinator.StreamOpenBurstDefault,
 		"burst of stream opens above --stream-open-rate"+env("stream-open-burst"))
+	fs.Float64Var(&f.connCallRate, "connection-call-rate", coordinator.ConnectionCallRateDefault,
+		"unary calls a second per client connection, counted before authentication; negative = unlimited"+env("connection-call-rate"))
+	fs.IntVar(&f.connCallBurst, "connection-call-burst", coordinator.ConnectionCallBurstDefault,
+		"burst of unary calls above --connection-call-rate"+env("connection-call-burst"))
+	fs.Float64Var(&f.addrCallRate, "address-call-rate", coordinator.AddressCallRateDefault,
+		"unary calls a second per remote address (see --trusted-proxies), counted before authentication; negative = unlimited"+env("address-call-rate"))
+	fs.IntVar(&f.addrCallBurst, "address-call-burst", coordinator.AddressCallBurstDefault,
+		"burst of unary calls above --address-call-rate"+env("address-call-burst"))
+	fs.Float64Var(&f.connStreamRate, "connection-stream-open-rate", coordinator.ConnectionStreamOpenRateDefault,
+		"streams opened a second per client connection, counted before authentication; negative = unlimited"+env("connection-stream-open-rate"))
+	fs.IntVar(&f.connStreamBurst, "connection-stream-open-burst", coordinator.ConnectionStreamOpenBurstDefault,
+		"burst of stream opens above --connection-stream-open-rate"+env("connection-stream-open-burst"))
+	fs.Float64Var(&f.addrStreamRate, "address-stream-open-rate", coordinator.AddressStreamOpenRateDefault,
+		"streams opened a second per remote address, counted before authentication; negative = unlimited"+env("address-stream-open-rate"))
+	fs.IntVar(&f.addrStreamBurst, "address-stream-open-burst", coordinator.AddressStreamOpenBurstDefault,
+		"burst of stream opens above --address-stream-open-rate"+env("address-stream-open-burst"))
+	fs.Var(&f.trustedProxies, "trusted-proxies",
+		"comma-separated networks (CIDR or address) of proxies whose x-forwarded-for is believed for the per-address limits; "+
+			"empty = always the peer's address"+env("trusted-proxies"))
 	fs.IntVar(&f.maxInFlightReads, "max-in-flight-reads", coordinator.MaxInFlightReadsDefault,
 		"reads (Get*, List*) doing store work at once; more wait --shed-wait, then are refused OVERLOADED"+env("max-in-flight-reads"))
 	fs.IntVar(&f.maxInFlightWrites, "max-in-flight-writes", coordinator.MaxInFlightWritesDefault,
@@ -126,6 +158,15 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.UnaryBurst = f.unaryBurst
 	cfg.StreamOpenRate = f.streamOpenRate
 	cfg.StreamOpenBurst = f.streamOpenBurst
+	cfg.ConnectionCallRate = f.connCallRate
+	cfg.ConnectionCallBurst = f.connCallBurst
+	cfg.AddressCallRate = f.addrCallRate
+	cfg.AddressCallBurst = f.addrCallBurst
+	cfg.ConnectionStreamOpenRate = f.connStreamRate
+	cfg.ConnectionStreamOpenBurst = f.connStreamBurst
+	cfg.AddressStreamOpenRate = f.addrStreamRate
+	cfg.AddressStreamOpenBurst = f.addrStreamBurst
+	cfg.TrustedProxies = f.trustedProxies
 	cfg.MaxInFlightReads = f.maxInFlightReads
 	cfg.MaxInFlightWrites = f.maxInFlightWrites
 	cfg.ShedWait = f.shedWait
@@ -135,3 +176,38 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.HealthWatchersMax = f.healthWatchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
 }
+
+// prefixList is a flag of comma-separated networks: CIDRs, or single
+// addresses (a /32 or /128).
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	parts := make([]string, 0, len(*l))
+	for _, p := range *l {
+		parts = append(parts, p.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	var out prefixList
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(part); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil {
+			return fmt.Errorf("%q is neither a CIDR network nor an address", part)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	*l = out
+	return nil
+}
+
+func (l *prefixList) Type() string { return "networks" }
