@@ -37,7 +37,7 @@ const (
 // unknown key costs no store query, however many are tried.
 //
 // Freshness: a lookup is answered from the list while it is younger than
-// ttl (the auth cache TTL): a key revoked through another coordinator
+// ttl (half the auth cache TTL): a key revoked through another coordinator
 // stops working here within ttl. A key the list lacks waits for a reload
 // (see find), so a key created through another coordinator works on its
 // first use. Changes made through this coordinator (create, revoke)
@@ -68,9 +68,13 @@ type principalDirectory struct {
 	loads int
 }
 
-func newPrincipalDirectory(ttl time.Duration, st store.Store, log *slog.Logger) *principalDirectory {
+// newPrincipalDirectory answers from a list at most half the auth cache
+// TTL old: a key revoked through another coordinator stops working here
+// within about a second with the default TTL (2s), and streams, which
+// re-check every TTL, within 1.5 TTL.
+func newPrincipalDirectory(cacheTTL time.Duration, st store.Store, log *slog.Logger) *principalDirectory {
 	return &principalDirectory{
-		ttl: ttl, load: st.ValidPrincipals, lookupKey: st.PrincipalByKeyHash, log: log, now: time.Now,
+		ttl: max(cacheTTL/2, principalMissRefresh), load: st.ValidPrincipals, lookupKey: st.PrincipalByKeyHash, log: log, now: time.Now,
 	}
 }
 
