@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -94,11 +95,20 @@ const (
 	// attackWrongKeys: wrongKeyCalls GetJob calls, each with a different
 	// well-formed random API key, over wrongKeyConns connections.
 	attackWrongKeys = "wrong-keys"
+	// attackStreamOpens: streamOpens Connect streams of one principal (the
+	// key in attackKeyEnv), each with its own worker id, over
+	// streamOpenConns connections, all at once.
+	attackStreamOpens = "stream-opens"
 )
+
+// attackKeyEnv passes the attacker a valid key, for the attacks of a
+// principal.
+const attackKeyEnv = "LEASEHOLD_E2E_ATTACK_KEY"
 
 const (
 	healthWatches, healthWatchConns = 5000, 10
 	wrongKeyCalls, wrongKeyConns    = 20_000, 10
+	streamOpens, streamOpenConns    = 2000, 10
 	// healthWatchesPerConn is coordinator.HealthWatchersPerConnectionMaxDefault.
 	healthWatchesPerConn = 8
 	hugeHeaderCalls      = 24
@@ -129,6 +139,8 @@ func runAttackHelper(attack, addr string) int {
 		res = healthWatchAttack(ctx, addr)
 	case attackWrongKeys:
 		res = wrongKeyAttack(ctx, addr)
+	case attackStreamOpens:
+		res = streamOpenAttack(ctx, addr, os.Getenv(attackKeyEnv))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown attack %q\n", attack)
 		return 2
@@ -354,13 +366,65 @@ func wrongKeyAttack(ctx context.Context, addr string) attackResult {
 	return res
 }
 
+// streamOpenAttack opens streamOpens Connect streams with a Hello each and
+// holds those welcomed until every one was tried.
+func streamOpenAttack(ctx context.Context, addr, key string) attackResult {
+	res := attackResult{Codes: map[string]int{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the held streams
+	var wcs []leaseholdv1.WorkerServiceClient
+	for range streamOpenConns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearerKey(key)))
+		if err != nil {
+			res.add("", "dial: "+err.Error())
+			return res
+		}
+		defer conn.Close()
+		wcs = append(wcs, leaseholdv1.NewWorkerServiceClient(conn))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range streamOpens {
+		wg.Go(func() {
+			s, err := wcs[i%streamOpenConns].Connect(ctx)
+			if err != nil {
+				mu.Lock()
+				res.Codes["open: "+status.Code(err).String()]++
+				mu.Unlock()
+				return
+			}
+			err = s.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+				WorkerId: fmt.Sprintf("opener-%d", i), Queues: []string{"opens"}, Capacity: 1,
+			}}})
+			if err == nil || errors.Is(err, io.EOF) {
+				// Welcome, or (after a Send that found the stream
+				// ended: io.EOF) the status it ended with.
+				_, err = s.Recv()
+			}
+			code, reason := errorInfo(err)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				res.Codes["welcomed"]++
+			case reason != "":
+				res.Codes[code.String()+" "+reason]++
+			default:
+				res.Codes[code.String()]++
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
 // runAttacker runs the attack helper against addr and returns its result.
-func runAttacker(t *testing.T, attack, addr string) attackResult {
+func runAttacker(t *testing.T, attack, addr string, env ...string) attackResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), attackHelperEnv+"="+attack, attackAddrEnv+"="+addr)
+	cmd.Env = append(append(os.Environ(), attackHelperEnv+"="+attack, attackAddrEnv+"="+addr), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -576,5 +640,40 @@ func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
 	}
 	if lateErr != nil || lateTook > newKeyMax {
 		t.Errorf("a key created elsewhere: %v after %v; want it to work within %v", lateErr, lateTook, newKeyMax)
+	}
+}
+
+// 2,000 Connect streams of one principal opened at once, from another
+// process, against a coordinator whose store pool holds 4 connections
+// (pgxpool's default on this 2-core machine: max(4, CPUs)):
+// binding each stream's worker id is a store write, and it waits its turn
+// in the write lane with the other writes, so a GetJob probe (a read) is
+// served throughout without a timeout; each open is welcomed or refused
+// with a RetryInfo (RATE_LIMITED, OVERLOADED).
+func TestAbuseStreamOpenBurstLeavesTheStoreToOthers(t *testing.T) {
+	const rssMaxMB = 300
+	s := preauthServe(t)
+	pid := s.p.Cmd.Process.Pid
+	workerKey := keyCreateDB(t, s.dbURL, "--role", "worker", "--name", "opener")
+	probe := startProbe(t, s.p.Addr, s.probeID, s.withKey)
+	probe.p99Max = 0 // reported, not asserted
+	res := runAttacker(t, attackStreamOpens, s.p.Addr, attackKeyEnv+"="+workerKey)
+	p50, p99, n := probe.Stop(t)
+	peak := hwmMB(t, pid)
+	t.Logf("stream opens: %d Connect streams of one principal over %d connections (another process), store pool of max(4, CPUs), in %dms: %v; "+
+		"coordinator VmHWM %.1f MB (bound %d MB); probe GetJob p50 %v p99 %v over %d calls",
+		streamOpens, streamOpenConns, res.TookMS, res.Codes, peak, rssMaxMB, p50, p99, n)
+	for code, k := range res.Codes {
+		switch code {
+		case "welcomed", "ResourceExhausted RATE_LIMITED", "Unavailable OVERLOADED":
+		default:
+			t.Errorf("%d stream opens ended %s; want welcomed or refused with a RetryInfo", k, code)
+		}
+	}
+	if res.Codes["welcomed"] == 0 {
+		t.Error("no stream was welcomed")
+	}
+	if peak > rssMaxMB {
+		t.Errorf("coordinator peak RSS (VmHWM) %.1f MB; want at most %d MB", peak, rssMaxMB)
 	}
 }
