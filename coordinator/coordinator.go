@@ -50,11 +50,15 @@ type Coordinator struct {
 	unaryLimit  *rateLimiter
 	streamLimit *rateLimiter
 	shedder     *loadShedder
-	leases      leaseSigner
-	metrics     *Metrics
-	tracer      trace.Tracer
-	ready       readiness
-	seen        *seenWorkers
+	// preAuth throttles calls before authentication (preauth.go).
+	preAuth *preAuthLimits
+	// healthWatches caps grpc.health.v1 Watch streams.
+	healthWatches *healthWatchLimit
+	leases        leaseSigner
+	metrics       *Metrics
+	tracer        trace.Tracer
+	ready         readiness
+	seen          *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
 	// readinessDone is closed when the store prober has returned; nil
@@ -120,13 +124,16 @@ func New(cfg Config) (*Coordinator, error) {
 	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
 	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
 	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
+	c.preAuth = newPreAuthLimits(cfg)
+	c.healthWatches = newHealthWatchLimit(cfg.HealthWatchersPerConnectionMax, cfg.HealthWatchersMax)
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
 	})
 	c.auth = &authenticator{
 		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
-		cache: newPrincipalCache(cfg.AuthCacheTTL), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+		failures: &authFailures{interval: cfg.OverloadLogInterval, log: cfg.Logger, trusted: cfg.TrustedProxies},
+		dir:      newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
 	c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)
@@ -176,6 +183,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.pruner.Start(c.bgCtx)
 		c.reporter.Start(c.bgCtx)
 		c.overloadRep.Start(c.bgCtx)
+		c.auth.failures.Start(c.bgCtx)
 		c.watchesDone = make(chan struct{})
 		go func() {
 			defer close(c.watchesDone)
@@ -281,6 +289,7 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.pruner.Stop()
 	c.reporter.Stop()
 	c.overloadRep.Stop()
+	c.auth.failures.Stop()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
 	if c.readinessDone != nil {
 		<-c.readinessDone

@@ -220,7 +220,10 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	if err != nil {
 		return toStatus(ctx, c.log, err)
 	}
-	if err := c.checkClaim(ctx, h.workerID, h.queues); err != nil {
+	// Binding the worker id may write to the store: in the write lane.
+	if err := c.shedder.write(ctx, leaseholdv1.WorkerService_Connect_FullMethodName, func() error {
+		return c.checkClaim(ctx, h.workerID, h.queues)
+	}); err != nil {
 		return err
 	}
 
