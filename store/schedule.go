@@ -35,6 +35,9 @@ const (
 	ScheduleMetadataKey = "leasehold.schedule"
 	// ScheduleTickMetadataKey is the tick, RFC 3339 with nanoseconds, UTC.
 	ScheduleTickMetadataKey = "leasehold.schedule_tick"
+	// ScheduleTriggerMetadataKey is on a triggered job instead of the tick:
+	// the trigger's request id, or "manual".
+	ScheduleTriggerMetadataKey = "leasehold.schedule_trigger"
 )
 
 // Schedule bounds and defaults.
@@ -158,8 +161,10 @@ type Schedule struct {
 	// none); OwnerIdentity its identity for display.
 	OwnerID       string
 	OwnerIdentity string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// RunSeq is the sequence of its newest run.
+	RunSeq    int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // ScheduleRunOutcome is what happened at a tick.
@@ -177,6 +182,8 @@ const (
 // TickAt on).
 type ScheduleRun struct {
 	ScheduleID string
+	// Seq orders a schedule's runs.
+	Seq        int64
 	TickAt     time.Time
 	Outcome    ScheduleRunOutcome
 	JobID      string
@@ -204,7 +211,7 @@ func ValidateScheduleSpec(field string, s ScheduleSpec) error {
 	if err := ValidateSpec(field, s.jobSpec()); err != nil {
 		return err
 	}
-	for _, k := range []string{ScheduleMetadataKey, ScheduleTickMetadataKey} {
+	for _, k := range []string{ScheduleMetadataKey, ScheduleTickMetadataKey, ScheduleTriggerMetadataKey} {
 		if _, ok := s.Metadata[k]; ok {
 			return Invalid(field+".metadata", fmt.Sprintf("key %q is set by the coordinator on every fired job", k))
 		}
