@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
+	"github.com/leasehold/leasehold/store"
 )
 
 // limitFlags are serve's flags for the coordinator's limits: one flag per
@@ -34,6 +36,8 @@ type limitFlags struct {
 	watchersPerConn      int
 	watchersMax          int
 	overloadLogInterval  time.Duration
+	schedulesMax         int
+	schedulePoll         time.Duration
 
 	// envErr is the first LEASEHOLD_* value that did not parse, reported
 	// as a usage error when serve runs.
@@ -48,6 +52,7 @@ var limitFlagNames = []string{
 	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
 	"watchers-per-connection", "watchers-max", "overload-log-interval",
+	"max-schedules-per-tenant", "schedule-poll-interval",
 }
 
 // limitEnv is the environment variable of a limit flag.
@@ -93,6 +98,10 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"WatchJob streams per coordinator"+env("watchers-max"))
 	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
 		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
+	fs.IntVar(&f.schedulesMax, "max-schedules-per-tenant", store.ScheduleLimitDefault,
+		"schedules one tenant may have"+env("max-schedules-per-tenant"))
+	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
+		"how often this coordinator looks for due schedules; negative = it fires none (others still do)"+env("schedule-poll-interval"))
 	for _, name := range limitFlagNames {
 		if v := c.getenv(limitEnv(name)); v != "" {
 			if err := fs.Set(name, v); err != nil && f.envErr == nil {
@@ -122,4 +131,6 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.WatchersPerConnectionMax = f.watchersPerConn
 	cfg.WatchersMax = f.watchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
+	cfg.SchedulesPerTenantMax = f.schedulesMax
+	cfg.SchedulePollInterval = f.schedulePoll
 }
