@@ -195,6 +195,19 @@ func testScheduleRace(t *testing.T, h Harness) {
 			t.Errorf("tick %d has %d jobs, want exactly 1", i, n)
 		}
 	}
+	// Each tick was handled once, not fired twice and replayed by its
+	// idempotency key: one run per tick.
+	runs, err := e.s.ListScheduleRuns(e.ctx, store.ListScheduleRunsParams{Tenant: tenantA, IDOrName: "raced", Limit: store.ScheduleRunsKept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[time.Time]int{}
+	for _, r := range runs {
+		seen[r.TickAt]++
+	}
+	if len(runs) != ticks || len(seen) != ticks {
+		t.Errorf("%d runs for %d distinct ticks, want one run for each of %d ticks", len(runs), len(seen), ticks)
+	}
 }
 
 func testScheduleOverlapSkip(t *testing.T, h Harness) {
