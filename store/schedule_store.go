@@ -194,9 +194,13 @@ type ScheduleAdvance struct {
 	PruneRunsUpTo int64
 }
 
-// Finish turns the plan and the ids of the jobs created (one per
-// Requests entry) into the row update, the runs to insert (seq set) and
-// the summary.
+// TickKeyConflictReason is the reason of a tick skipped because its
+// idempotency key already names a different request.
+const TickKeyConflictReason = "the tick's idempotency key is held by a different request"
+
+// Finish turns the plan and the jobs created (one per Requests entry; a
+// nil Job for a tick whose idempotency key conflicted) into the row
+// update, the runs to insert (seq set) and the summary.
 func (f ScheduleFiring) Finish(jobs []CreateResult, now time.Time) (ScheduleAdvance, []ScheduleRun, FiredSchedule) {
 	sc, d := f.Due.Schedule, f.Decision
 	adv := ScheduleAdvance{Tenant: sc.Tenant, ID: sc.ID, OldNext: sc.NextTickAt, Next: d.Next}
@@ -219,6 +223,16 @@ func (f ScheduleFiring) Finish(jobs []CreateResult, now time.Time) (ScheduleAdva
 			add(ScheduleRun{TickAt: d.Skipped[si], Outcome: RunSkipped, Reason: d.SkipReason})
 			adv.LastTickAt = d.Skipped[si]
 			si++
+			continue
+		}
+		if jobs[fi].Job == nil {
+			// The tick's idempotency key names a different request (a
+			// producer used the schedule's key): the tick cannot create
+			// its job, and must not hold up the schedule or the pass.
+			add(ScheduleRun{TickAt: d.Fire[fi], Outcome: RunSkipped, Reason: TickKeyConflictReason})
+			sum.Skipped++
+			adv.LastTickAt = d.Fire[fi]
+			fi++
 			continue
 		}
 		id := jobs[fi].Job.ID

@@ -414,13 +414,14 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 			for i := range jobs {
 				a := answers[ai]
 				ai++
-				if a.err != nil {
-					// A tick's key is held by a different request (a
-					// producer used the schedule's key): the tick cannot
-					// fire; give up this pass rather than lose it.
+				switch {
+				case errors.Is(a.err, store.ErrIdempotencyConflict):
+					// Left nil: Finish records the tick as skipped.
+				case a.err != nil:
 					return fmt.Errorf("schedule %s tick %s: %w", f.Due.Schedule.ID, f.Decision.Fire[i].Format(time.RFC3339Nano), a.err)
+				default:
+					jobs[i] = a.results[0]
 				}
-				jobs[i] = a.results[0]
 			}
 			adv, runs, sum := f.Finish(jobs, now)
 			b.Queue(qScheduleAdvance, adv.Tenant, adv.ID, adv.OldNext, nullTime(adv.Next), nullTime(adv.LastTickAt), adv.LastJobID,

@@ -370,13 +370,9 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 			if err != nil {
 				return fmt.Errorf("schedule %s: %w", d.Schedule.ID, err)
 			}
-			var jobs []store.CreateResult
-			if len(f.Requests) > 0 {
-				// One call per tick would be the same: a conflict on any
-				// tick's key fails the pass either way.
-				jobs, err = s.createCall(ctx, tx, createCall{p: store.CreateJobsParams{Tenant: d.Schedule.Tenant, Requests: f.Requests, Now: now},
-					window: windowOr(p.IdempotencyWindow)})
-				if err != nil {
+			jobs := make([]store.CreateResult, len(f.Requests))
+			for i, r := range f.Requests {
+				if jobs[i], err = s.createTick(ctx, tx, d.Schedule.Tenant, r, now, windowOr(p.IdempotencyWindow)); err != nil {
 					return fmt.Errorf("schedule %s: %w", d.Schedule.ID, err)
 				}
 			}
@@ -404,4 +400,30 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 		return nil
 	})
 	return res, err
+}
+
+// createTick creates one tick's job in a savepoint: a tick whose
+// idempotency key names a different request leaves nothing and answers a
+// nil Job (Finish records it as skipped), so it holds up neither its
+// schedule nor the pass.
+func (s *Store) createTick(ctx context.Context, tx *writeTx, tenant string, r store.CreateRequest, now time.Time, window time.Duration) (store.CreateResult, error) {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT schedule_tick"); err != nil {
+		return store.CreateResult{}, err
+	}
+	wake := len(tx.wake)
+	res, err := s.createCall(ctx, tx, createCall{p: store.CreateJobsParams{Tenant: tenant, Requests: []store.CreateRequest{r}, Now: now}, window: window})
+	switch {
+	case errors.Is(err, store.ErrIdempotencyConflict):
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO schedule_tick"); rerr != nil {
+			return store.CreateResult{}, rerr
+		}
+		tx.wake = tx.wake[:wake]
+		res = []store.CreateResult{{}}
+	case err != nil:
+		return store.CreateResult{}, err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE schedule_tick"); err != nil {
+		return store.CreateResult{}, err
+	}
+	return res[0], nil
 }

@@ -21,6 +21,7 @@ func scheduleTests() group {
 		{"a trigger fires now, once per request id", testScheduleTrigger},
 		{"runs are kept up to a bound", testScheduleRunsBounded},
 		{"the per-tenant cap and unique names hold", testScheduleLimits},
+		{"a tick whose key a producer took is skipped and holds nothing up", testScheduleTickKeyConflict},
 	}}
 }
 
@@ -321,5 +322,36 @@ func testScheduleLimits(t *testing.T, h Harness) {
 	var ie *store.InvalidError
 	if _, err := e.s.CreateSchedule(e.ctx, store.CreateScheduleParams{Tenant: tenantA, Name: "bad", Spec: store.ScheduleSpec{Queue: "q", Kind: "k", Cron: "61 * * * *"}, Now: at(0)}); !errors.As(err, &ie) || ie.Field != "spec.cron" {
 		t.Errorf("a bad cron: %v", err)
+	}
+}
+
+func testScheduleTickKeyConflict(t *testing.T, h Harness) {
+	e := setup(t, h)
+	sc := e.createSchedule(e.s, "k", everySecond("conflict"), at(0))
+	other := e.createSchedule(e.s, "other", everySecond("conflict-other"), at(0))
+	// A producer's job took the first tick's key with a different request.
+	e.createIn(e.s, tenantA, spec("conflict"), store.ScheduleTickRequestID(sc.ID, at(time.Second)), at(500*time.Millisecond))
+	res := e.fire(e.s, at(1500*time.Millisecond))
+	if len(res.Schedules) != 2 {
+		t.Fatalf("pass handled %d schedules, want both: %+v", len(res.Schedules), res)
+	}
+	for _, f := range res.Schedules {
+		switch f.ScheduleID {
+		case sc.ID:
+			if len(f.Fired) != 0 || f.Skipped != 1 {
+				t.Errorf("the conflicting tick: %+v", f)
+			}
+		case other.ID:
+			if len(f.Fired) != 1 {
+				t.Errorf("the other schedule of the pass did not fire: %+v", f)
+			}
+		}
+	}
+	if res := e.fire(e.s, at(2500*time.Millisecond)); len(res.Schedules) != 2 || len(res.Schedules[0].Fired) != 1 || len(res.Schedules[1].Fired) != 1 {
+		t.Fatalf("the next tick: %+v", res)
+	}
+	runs, _ := e.s.ListScheduleRuns(e.ctx, store.ListScheduleRunsParams{Tenant: tenantA, IDOrName: sc.ID, Limit: 10})
+	if len(runs) != 2 || runs[1].Outcome != store.RunSkipped || runs[1].Reason != store.TickKeyConflictReason || runs[0].Outcome != store.RunFired {
+		t.Errorf("runs %+v", runs)
 	}
 }
