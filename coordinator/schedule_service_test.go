@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -143,5 +144,41 @@ func TestOperatorsPauseResumeAndTrigger(t *testing.T) {
 	}
 	if _, err := cl.DeleteSchedule(ctx, &leaseholdv1.DeleteScheduleRequest{Schedule: id}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("an operator deletes a schedule: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestScheduleTicksAreCounted: the scheduler's passes count ticks fired,
+// skipped and missed per queue, and record each fired tick's lag.
+func TestScheduleTicksAreCounted(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0.Add(2*time.Minute + 500*time.Millisecond)
+	o := newObservedWith(t, func(cfg *Config) {
+		cfg.Now = func() time.Time { return now }
+		cfg.SchedulePollInterval = 10 * time.Millisecond
+	})
+	// Due since t0+1s: ticks 1..60 s are late (missed under skip), 61..120 s
+	// on time; under overlap skip only the newest fires, the others are
+	// skipped.
+	if _, err := o.st.CreateSchedule(t.Context(), store.CreateScheduleParams{Tenant: TenantDefault, Name: "counted",
+		Spec: store.ScheduleSpec{Queue: "metered", Kind: "k", Interval: time.Second, CatchUp: store.CatchUpSkip, Overlap: store.OverlapSkip},
+		Now:  t0}); err != nil {
+		t.Fatal(err)
+	}
+	q := attrQueue("metered")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ms := o.collect(t)
+		fired, _ := point(ms, "leasehold.schedule.ticks", q, attribute.String("outcome", "fired"))
+		skipped, _ := point(ms, "leasehold.schedule.ticks", q, attribute.String("outcome", "skipped"))
+		missed, _ := point(ms, "leasehold.schedule.ticks", q, attribute.String("outcome", "missed"))
+		lags, _ := point(ms, "leasehold.schedule.tick.lag", q)
+		if fired == 1 && skipped == 59 && missed == 60 && lags == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fired %v, skipped %v, missed %v, lag samples %v; want 1, 59, 60, 1", fired, skipped, missed, lags)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
