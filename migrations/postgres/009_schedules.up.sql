@@ -49,3 +49,7 @@ CREATE TABLE schedule_runs (
     FOREIGN KEY (tenant, schedule_id) REFERENCES schedules (tenant, id) ON DELETE CASCADE,
     CONSTRAINT schedule_runs_outcome_check CHECK (outcome IN ('fired', 'skipped', 'missed', 'triggered'))
 );
+
+-- The delay a failed attempt was retried after (0 when it was not), so that
+-- decorrelated backoff can grow from the previous delay.
+ALTER TABLE job_attempts ADD COLUMN retry_delay_ns bigint NOT NULL DEFAULT 0;

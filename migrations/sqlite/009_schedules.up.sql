@@ -38,3 +38,6 @@ CREATE TABLE schedule_runs (
     PRIMARY KEY (tenant, schedule_id, seq),
     FOREIGN KEY (tenant, schedule_id) REFERENCES schedules (tenant, id) ON DELETE CASCADE
 ) STRICT;
+
+-- The delay a failed attempt was retried after (see the PostgreSQL migration).
+ALTER TABLE job_attempts ADD COLUMN retry_delay_ns INTEGER NOT NULL DEFAULT 0;
