@@ -196,6 +196,17 @@ func (e *authEnv) breaker(tenant string) string {
 	return dep
 }
 
+// schedule is a schedule of tenant (hourly, on a queue of its own).
+func (e *authEnv) schedule(tenant string) string {
+	e.t.Helper()
+	sc, err := e.st.CreateSchedule(context.Background(), store.CreateScheduleParams{Tenant: tenant, Name: e.uniq("sched"),
+		Spec: store.ScheduleSpec{Queue: e.uniq("sq"), Kind: "k", Interval: time.Hour}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sc.ID
+}
+
 // tok is the token of a lease the store granted, signed as a claim's
 // answer would be.
 func (e *authEnv) tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
@@ -410,6 +421,36 @@ func matrixCases() map[string]rpcCase {
 		leaseholdv1.AdminService_ListAuditEvents_FullMethodName: {func(*authEnv, string) proto.Message {
 			return &leaseholdv1.ListAuditEventsRequest{}
 		}, ok, ok},
+
+		leaseholdv1.ScheduleService_CreateSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.CreateScheduleRequest{Name: e.uniq("s"), Spec: &leaseholdv1.ScheduleSpec{
+				Queue: e.uniq("sq"), Kind: "k", Cron: "0 * * * *"}}
+		}, ok, ok},
+		leaseholdv1.ScheduleService_GetSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.GetScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ListSchedules_FullMethodName: {func(*authEnv, string) proto.Message {
+			return &leaseholdv1.ListSchedulesRequest{}
+		}, ok, ok},
+		leaseholdv1.ScheduleService_UpdateSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.UpdateScheduleRequest{Schedule: e.schedule(tenantA), Spec: &leaseholdv1.ScheduleSpec{
+				Queue: e.uniq("sq"), Kind: "k", Interval: durationpb.New(time.Minute)}}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_PauseSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.PauseScheduleRequest{Schedule: e.schedule(tenantA), Reason: "matrix"}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ResumeSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ResumeScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_DeleteSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.DeleteScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_TriggerSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.TriggerScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ListScheduleRuns_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ListScheduleRunsRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/retention"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -258,6 +259,13 @@ type Config struct {
 	// coordinator, or an injected clock that moved). Default
 	// reaper.IntervalMaxDefault (2s).
 	ReapIntervalMax time.Duration
+	// SchedulePollInterval is how often the scheduler looks for due
+	// schedules. Default scheduler.PollIntervalDefault (200ms); negative
+	// disables the scheduler on this coordinator (others still fire).
+	SchedulePollInterval time.Duration
+	// SchedulesPerTenantMax caps the schedules of one tenant. Default
+	// store.ScheduleLimitDefault (10,000).
+	SchedulesPerTenantMax int
 	// Retention is how long finished jobs are kept before pruning. Zero
 	// means RetentionDefault (7 days); negative disables pruning (expired
 	// idempotency records are still removed).
@@ -420,6 +428,8 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.PollMaxInterval = max(cmp.Or(c.PollMaxInterval, PollMaxIntervalDefault), c.PollInterval)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.SchedulePollInterval = cmp.Or(c.SchedulePollInterval, scheduler.PollIntervalDefault)
+	c.SchedulesPerTenantMax = cmp.Or(c.SchedulesPerTenantMax, store.ScheduleLimitDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
@@ -515,6 +525,7 @@ func (c Config) Validate() error {
 		{"WatchersMax", c.WatchersMax},
 		{"HealthWatchersPerConnectionMax", c.HealthWatchersPerConnectionMax},
 		{"HealthWatchersMax", c.HealthWatchersMax},
+		{"SchedulesPerTenantMax", c.SchedulesPerTenantMax},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/reaper"
 	"github.com/leasehold/leasehold/coordinator/retention"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
@@ -38,6 +39,9 @@ type Coordinator struct {
 	dispatcher *dispatch.Dispatcher
 	reaper     *reaper.Reaper
 	pruner     *retention.Pruner
+	// scheduler fires due schedules; nil when Config.SchedulePollInterval
+	// is negative.
+	scheduler *scheduler.Scheduler
 	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
 	// closed when its store subscription has returned (nil until Serve).
 	watches     *watchHub
@@ -152,10 +156,17 @@ func New(cfg Config) (*Coordinator, error) {
 		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
 		Interval: cfg.RetentionInterval, Now: cfg.Now,
 	})
+	if cfg.SchedulePollInterval > 0 {
+		c.scheduler = scheduler.New(scheduler.Config{
+			Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now, PollInterval: cfg.SchedulePollInterval,
+			IdempotencyWindow: cfg.IdempotencyWindow, Fired: c.schedulesFired,
+		})
+	}
 	c.grpc = grpc.NewServer(c.serverOptions()...)
 	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
 	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
 	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
+	leaseholdv1.RegisterScheduleServiceServer(c.grpc, &scheduleService{c: c})
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
 	// The store answered when it was opened: ready until a probe says
@@ -181,6 +192,9 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.dispatcher.Start(c.bgCtx)
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
+		if c.scheduler != nil {
+			c.scheduler.Start(c.bgCtx)
+		}
 		c.reporter.Start(c.bgCtx)
 		c.overloadRep.Start(c.bgCtx)
 		c.auth.failures.Start(c.bgCtx)
@@ -287,6 +301,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.dispatcher.Stop()
 	c.reaper.Stop()
 	c.pruner.Stop()
+	if c.scheduler != nil {
+		c.scheduler.Stop()
+	}
 	c.reporter.Stop()
 	c.overloadRep.Stop()
 	c.auth.failures.Stop()

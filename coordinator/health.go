@@ -36,6 +36,7 @@ var readinessFollowers = []string{
 	leaseholdv1.JobService_ServiceDesc.ServiceName,
 	leaseholdv1.WorkerService_ServiceDesc.ServiceName,
 	leaseholdv1.AdminService_ServiceDesc.ServiceName,
+	leaseholdv1.ScheduleService_ServiceDesc.ServiceName,
 }
 
 // readiness is whether this coordinator should be sent calls.

@@ -70,6 +70,15 @@ const (
 	// ReasonPrincipalExists: a valid principal already has this
 	// certificate common name.
 	ReasonPrincipalExists = "PRINCIPAL_EXISTS"
+	// ReasonScheduleNotFound: a ScheduleService call named no schedule of
+	// the caller's tenant (or one outside its queues).
+	ReasonScheduleNotFound = "SCHEDULE_NOT_FOUND"
+	// ReasonScheduleExists: CreateSchedule with a name the tenant already
+	// uses.
+	ReasonScheduleExists = "SCHEDULE_EXISTS"
+	// ReasonScheduleLimit: the tenant has as many schedules as the
+	// coordinator allows (RESOURCE_EXHAUSTED).
+	ReasonScheduleLimit = "SCHEDULE_LIMIT"
 )
 
 // statusError builds a status with an ErrorInfo reason.
@@ -130,6 +139,12 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrBreakerNotFound):
 		return statusError(codes.NotFound, ReasonBreakerNotFound,
 			"the dependency has no breaker yet: nothing has reported on it and no operator has acted on it")
+	case errors.Is(err, store.ErrScheduleNotFound):
+		return statusError(codes.NotFound, ReasonScheduleNotFound, "schedule not found")
+	case errors.Is(err, store.ErrScheduleExists):
+		return statusError(codes.AlreadyExists, ReasonScheduleExists, "a schedule of this name exists: choose another name or update it")
+	case errors.Is(err, store.ErrScheduleLimit):
+		return statusError(codes.ResourceExhausted, ReasonScheduleLimit, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return statusError(codes.NotFound, ReasonJobNotFound, "job not found")
 	case errors.Is(err, store.ErrAlreadyFinal):

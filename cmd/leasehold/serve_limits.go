@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
+	"github.com/leasehold/leasehold/store"
 )
 
 // limitFlags are serve's flags for the coordinator's limits: one flag per
@@ -48,6 +50,8 @@ type limitFlags struct {
 	healthWatchersPer    int
 	healthWatchersMax    int
 	overloadLogInterval  time.Duration
+	schedulesMax         int
+	schedulePoll         time.Duration
 
 	// envErr is the first LEASEHOLD_* value that did not parse, reported
 	// as a usage error when serve runs.
@@ -65,6 +69,7 @@ var limitFlagNames = []string{
 	"trusted-proxies",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
 	"watchers-per-connection", "watchers-max", "health-watchers-per-connection", "health-watchers-max", "overload-log-interval",
+	"max-schedules-per-tenant", "schedule-poll-interval",
 }
 
 // limitEnv is the environment variable of a limit flag.
@@ -136,6 +141,10 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"grpc.health.v1 Watch streams per coordinator"+env("health-watchers-max"))
 	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
 		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
+	fs.IntVar(&f.schedulesMax, "max-schedules-per-tenant", store.ScheduleLimitDefault,
+		"schedules one tenant may have"+env("max-schedules-per-tenant"))
+	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
+		"how often this coordinator looks for due schedules; negative = it fires none (others still do)"+env("schedule-poll-interval"))
 	for _, name := range limitFlagNames {
 		if v := c.getenv(limitEnv(name)); v != "" {
 			if err := fs.Set(name, v); err != nil && f.envErr == nil {
@@ -178,6 +187,8 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.HealthWatchersPerConnectionMax = f.healthWatchersPer
 	cfg.HealthWatchersMax = f.healthWatchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
+	cfg.SchedulesPerTenantMax = f.schedulesMax
+	cfg.SchedulePollInterval = f.schedulePoll
 }
 
 // prefixList is a flag of comma-separated networks: CIDRs, or single
