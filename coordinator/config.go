@@ -496,6 +496,40 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
+	if len(c.TrustedProxies) > TrustedProxiesMax {
+		errs = append(errs, fmt.Errorf("coordinator: at most %d TrustedProxies", TrustedProxiesMax))
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("coordinator: TrustedProxies holds an invalid network"))
+		}
+	}
+	if c.MaxHeaderListBytes < MaxHeaderListBytesMin || c.MaxHeaderListBytes > MaxHeaderListBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: MaxHeaderListBytes must be in [%d, %d]", MaxHeaderListBytesMin, MaxHeaderListBytesMax))
+	}
+	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
+	}
+	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
+		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
+	}
+	if c.StreamUnackedLeases < 1 || c.StreamUnackedLeases > CreditsMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedLeases must be in [1, %d]", CreditsMax))
+	}
+	if c.StreamUnackedBytes < 1 || c.StreamUnackedBytes > StreamUnackedBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedBytes must be in [1, %d]", StreamUnackedBytesMax))
+	}
+	if c.StreamAckTimeout < StreamAckTimeoutMin || c.StreamAckTimeout > StreamAckTimeoutMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamAckTimeout must be in [%v, %v]", StreamAckTimeoutMin, StreamAckTimeoutMax))
+	}
+	errs = append(errs, c.signErrors()...)
+	return errors.Join(errs...)
+}
+
+// signErrors reports the rates that are not numbers and the counts and
+// durations that are negative.
+func (c Config) signErrors() []error {
+	var errs []error
 	for _, r := range []struct {
 		name string
 		v    float64
@@ -531,32 +565,6 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
 		}
 	}
-	if len(c.TrustedProxies) > TrustedProxiesMax {
-		errs = append(errs, fmt.Errorf("coordinator: at most %d TrustedProxies", TrustedProxiesMax))
-	}
-	for _, p := range c.TrustedProxies {
-		if !p.IsValid() {
-			errs = append(errs, errors.New("coordinator: TrustedProxies holds an invalid network"))
-		}
-	}
-	if c.MaxHeaderListBytes < MaxHeaderListBytesMin || c.MaxHeaderListBytes > MaxHeaderListBytesMax {
-		errs = append(errs, fmt.Errorf("coordinator: MaxHeaderListBytes must be in [%d, %d]", MaxHeaderListBytesMin, MaxHeaderListBytesMax))
-	}
-	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
-		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
-	}
-	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
-		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
-	}
-	if c.StreamUnackedLeases < 1 || c.StreamUnackedLeases > CreditsMax {
-		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedLeases must be in [1, %d]", CreditsMax))
-	}
-	if c.StreamUnackedBytes < 1 || c.StreamUnackedBytes > StreamUnackedBytesMax {
-		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedBytes must be in [1, %d]", StreamUnackedBytesMax))
-	}
-	if c.StreamAckTimeout < StreamAckTimeoutMin || c.StreamAckTimeout > StreamAckTimeoutMax {
-		errs = append(errs, fmt.Errorf("coordinator: StreamAckTimeout must be in [%v, %v]", StreamAckTimeoutMin, StreamAckTimeoutMax))
-	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -581,7 +589,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // defaultID is hostname-pid-random: unique enough to tell coordinators

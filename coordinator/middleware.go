@@ -88,7 +88,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		// Headers are read before any interceptor (authentication
 		// included) runs; grpc-go's default lets each call bring 16 MiB.
 		// The limit is also advertised, so honest clients fail fast.
-		grpc.MaxHeaderListSize(uint32(c.cfg.MaxHeaderListBytes)), //nolint:gosec // validated within [1 KiB, 1 MiB]
+		grpc.MaxHeaderListSize(uint32(c.cfg.MaxHeaderListBytes)),
 		// Bounds any one response; see sendLimit.
 		grpc.MaxSendMsgSize(c.sendLimit()),
 		// Each worker stream and long-poll Claim is one HTTP/2 stream; this

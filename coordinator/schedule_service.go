@@ -370,7 +370,7 @@ func toSchedule(sc *store.Schedule) *leaseholdv1.Schedule {
 		Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Metadata: s.Metadata, Priority: s.Priority,
 		MaxAttempts: s.MaxAttempts, Cron: s.Cron, TimeZone: s.TimeZone, Interval: dur(s.Interval),
 		StartTime: ts(s.StartAt), EndTime: ts(s.EndAt), Jitter: dur(s.Jitter), MisfireGrace: dur(s.MisfireGrace),
-		CatchUpWindow: dur(s.CatchUpWindow), CatchUpMax: int32(min(s.CatchUpMax, store.CatchUpMaxLimit)), //nolint:gosec // bounded
+		CatchUpWindow: dur(s.CatchUpWindow), CatchUpMax: int32(min(s.CatchUpMax, store.CatchUpMaxLimit)),
 	}
 	for k, v := range catchUpFromProto {
 		if v == s.CatchUp && v != "" {

@@ -329,8 +329,8 @@ func (ts *tickSource) next(t time.Time) time.Time {
 		if t.Before(ts.anchor) {
 			return ts.anchor
 		}
-		k := t.Sub(ts.anchor)/ts.interval + 1
-		return ts.anchor.Add(k * ts.interval)
+		k := int64(t.Sub(ts.anchor)/ts.interval) + 1
+		return ts.anchor.Add(time.Duration(k) * ts.interval)
 	}
 	t = t.In(ts.loc)
 	for range 4 * 366 { // a repeated tick is skipped at most once a day

@@ -359,28 +359,8 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 			return err
 		}
 		res.Now = now
-		rows, err := tx.Query(ctx, qSchedulesDue, now, limit)
+		due, err := dueSchedules(ctx, tx, now, limit)
 		if err != nil {
-			return err
-		}
-		var due []store.DueSchedule
-		for rows.Next() {
-			var d store.DueSchedule
-			var ownerFound, revoked bool
-			var queues []string
-			sc, err := scanSchedule(rows, &d.PreviousLive, &ownerFound, &revoked, &queues)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			d.Schedule = sc
-			if sc.OwnerID != "" {
-				d.Owner = store.ScheduleOwner{Checked: true, Missing: !ownerFound, Revoked: revoked, Queues: queues}
-			}
-			due = append(due, d)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		res.More = len(due) == limit
@@ -459,4 +439,29 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 		return br.Close()
 	})
 	return res, err
+}
+
+// dueSchedules reads up to limit schedules due at now, with their owners.
+func dueSchedules(ctx context.Context, tx *lazyTx, now time.Time, limit int) ([]store.DueSchedule, error) {
+	rows, err := tx.Query(ctx, qSchedulesDue, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var due []store.DueSchedule
+	for rows.Next() {
+		var d store.DueSchedule
+		var ownerFound, revoked bool
+		var queues []string
+		sc, err := scanSchedule(rows, &d.PreviousLive, &ownerFound, &revoked, &queues)
+		if err != nil {
+			return nil, err
+		}
+		d.Schedule = sc
+		if sc.OwnerID != "" {
+			d.Owner = store.ScheduleOwner{Checked: true, Missing: !ownerFound, Revoked: revoked, Queues: queues}
+		}
+		due = append(due, d)
+	}
+	return due, rows.Err()
 }

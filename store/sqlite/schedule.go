@@ -334,34 +334,8 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 		tx.wake = nil
 		now := s.clock(p.Now)
 		res.Now = now
-		rows, err := tx.QueryContext(ctx, qSchedulesDue, micros(now), limit)
+		due, err := dueSchedules(ctx, tx, now, limit)
 		if err != nil {
-			return err
-		}
-		var due []store.DueSchedule
-		for rows.Next() {
-			var d store.DueSchedule
-			var ownerFound, revoked bool
-			var queues string
-			sc, err := scanSchedule(rows, &d.PreviousLive, &ownerFound, &revoked, &queues)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			d.Schedule = sc
-			if sc.OwnerID != "" {
-				var qs []string
-				err := json.Unmarshal([]byte(queues), &qs)
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				d.Owner = store.ScheduleOwner{Checked: true, Missing: !ownerFound, Revoked: revoked, Queues: qs}
-			}
-			due = append(due, d)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		res.More = len(due) == limit
@@ -426,4 +400,33 @@ func (s *Store) createTick(ctx context.Context, tx *writeTx, tenant string, r st
 		return store.CreateResult{}, err
 	}
 	return res[0], nil
+}
+
+// dueSchedules reads up to limit schedules due at now, with their owners.
+func dueSchedules(ctx context.Context, tx *writeTx, now time.Time, limit int) ([]store.DueSchedule, error) {
+	rows, err := tx.QueryContext(ctx, qSchedulesDue, micros(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var due []store.DueSchedule
+	for rows.Next() {
+		var d store.DueSchedule
+		var ownerFound, revoked bool
+		var queues string
+		sc, err := scanSchedule(rows, &d.PreviousLive, &ownerFound, &revoked, &queues)
+		if err != nil {
+			return nil, err
+		}
+		d.Schedule = sc
+		if sc.OwnerID != "" {
+			var qs []string
+			if err := json.Unmarshal([]byte(queues), &qs); err != nil {
+				return nil, err
+			}
+			d.Owner = store.ScheduleOwner{Checked: true, Missing: !ownerFound, Revoked: revoked, Queues: qs}
+		}
+		due = append(due, d)
+	}
+	return due, rows.Err()
 }
