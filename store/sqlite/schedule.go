@@ -44,7 +44,9 @@ const (
 		LEFT JOIN principals p ON p.tenant = s.tenant AND p.id = s.owner_id AND s.owner_id <> ''
 		WHERE s.next_tick_at IS NOT NULL AND s.next_tick_at <= ?1
 		ORDER BY s.next_tick_at LIMIT ?2`
-	qScheduleAdvance = `UPDATE schedules SET next_tick_at = ?4, last_tick_at = coalesce(?5, last_tick_at),
+	// qScheduleNextTick is the earliest tick of every tenant's schedules.
+	qScheduleNextTick = `SELECT min(next_tick_at) FROM schedules`
+	qScheduleAdvance  = `UPDATE schedules SET next_tick_at = ?4, last_tick_at = coalesce(?5, last_tick_at),
 		last_job_id = CASE WHEN ?6 = '' THEN last_job_id ELSE ?6 END, paused = ?7,
 		paused_reason = CASE WHEN ?7 THEN ?8 ELSE paused_reason END, run_seq = ?9
 		WHERE tenant = ?1 AND id = ?2 AND next_tick_at = ?3`
@@ -339,6 +341,16 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 			return err
 		}
 		res.More = len(due) == limit
+		if len(due) == 0 {
+			var next sql.NullInt64
+			if err := tx.QueryRowContext(ctx, qScheduleNextTick).Scan(&next); err != nil {
+				return err
+			}
+			if next.Valid {
+				res.NextTick = fromMicros(next.Int64)
+			}
+			return nil
+		}
 		for _, d := range due {
 			f, err := store.PlanScheduleFiring(d, now)
 			if err != nil {
