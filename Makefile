@@ -142,9 +142,10 @@ fuzz:
 ## helm: install the pinned helm into ./.bin.
 helm: $(BIN)/helm
 
-## manifests: render deploy/kubernetes/ from the Helm chart with default values.
+## manifests: render deploy/kubernetes/ from the Helm chart with default
+## values (without the `helm test` pod, which only helm runs).
 manifests: $(BIN)/helm
-	deploy/render.sh > deploy/kubernetes/leasehold.yaml.tmp
+	deploy/render.sh --skip-tests > deploy/kubernetes/leasehold.yaml.tmp
 	mv deploy/kubernetes/leasehold.yaml.tmp deploy/kubernetes/leasehold.yaml
 
 ## image: build the container image and run it once (deploy/image.sh).

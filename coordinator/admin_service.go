@@ -236,8 +236,18 @@ func (a *adminService) GetBreaker(ctx context.Context, req *leaseholdv1.GetBreak
 	return &leaseholdv1.GetBreakerResponse{Breaker: toBreaker(b, c.now())}, nil
 }
 
+// breakerChange names what checkUnscoped refuses a scoped caller in
+// ResetBreaker, ForceOpenBreaker and UpdateBreakerPolicy. A breaker is per
+// (tenant, dependency) and holds back the jobs of every queue that use the
+// dependency, so changing one is tenant-wide: a principal limited to some
+// queues (operator or admin) reads breakers but changes none.
+const breakerChange = "changing a circuit breaker"
+
 func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetBreakerRequest) (*leaseholdv1.ResetBreakerResponse, error) {
 	c := a.c
+	if err := checkUnscoped(ctx, breakerChange); err != nil {
+		return nil, err
+	}
 	p, err := c.v.ResetBreaker(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -256,6 +266,9 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 
 func (a *adminService) ForceOpenBreaker(ctx context.Context, req *leaseholdv1.ForceOpenBreakerRequest) (*leaseholdv1.ForceOpenBreakerResponse, error) {
 	c := a.c
+	if err := checkUnscoped(ctx, breakerChange); err != nil {
+		return nil, err
+	}
 	p, err := c.v.ForceOpenBreaker(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
@@ -271,6 +284,9 @@ func (a *adminService) ForceOpenBreaker(ctx context.Context, req *leaseholdv1.Fo
 
 func (a *adminService) UpdateBreakerPolicy(ctx context.Context, req *leaseholdv1.UpdateBreakerPolicyRequest) (*leaseholdv1.UpdateBreakerPolicyResponse, error) {
 	c := a.c
+	if err := checkUnscoped(ctx, breakerChange); err != nil {
+		return nil, err
+	}
 	pol, err := c.v.UpdateBreakerPolicy(req)
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)

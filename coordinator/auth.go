@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -65,7 +66,15 @@ type authenticator struct {
 	tenant string // the anonymous caller's, with AuthNone
 	store  store.Store
 	log    *slog.Logger
-	cache  *principalCache
+	// dir holds every valid principal (principal_directory.go).
+	dir *principalDirectory
+	// failures summarises refused authentications (auth_failures.go).
+	failures *authFailures
+	// touchMu guards touched: when this coordinator last recorded each
+	// principal's use, so that LastUsedAt costs a write per principal per
+	// PrincipalTouchInterval, not per call.
+	touchMu sync.Mutex
+	touched map[string]time.Time
 	// revalidate is how often a stream re-checks its principal, so that
 	// revoking a key also ends the streams it opened.
 	revalidate time.Duration
@@ -119,13 +128,9 @@ func (a *authenticator) watch(ctx context.Context, cancel context.CancelCauseFun
 			err error
 		)
 		if p.CertSubject != "" {
-			cur, err = a.lookup(ctx, "c:"+p.CertSubject, func(ctx context.Context) (*store.Principal, error) {
-				return a.store.PrincipalByCertSubject(ctx, p.CertSubject)
-			})
+			cur, err = a.dir.byCertSubject(ctx, p.CertSubject)
 		} else {
-			cur, err = a.lookup(ctx, "k:"+string(p.KeyHash), func(ctx context.Context) (*store.Principal, error) {
-				return a.store.PrincipalByKeyHash(ctx, p.KeyHash)
-			})
+			cur, err = a.dir.byKeyHash(ctx, p.KeyHash)
 		}
 		switch {
 		case errors.Is(err, store.ErrNotFound), err == nil && (cur.Revoked() || cur.ID != p.ID):
@@ -159,6 +164,12 @@ func (a *authenticator) authorize(ctx context.Context) (cl *caller, p *store.Pri
 		cl = anonymous(a.tenant)
 	}
 	if err != nil {
+		if status.Code(err) == codes.Unauthenticated {
+			a.failures.record(ctx, failureReason(err))
+			// Summarised by authFailures; the call's own line drops to
+			// Debug.
+			noteRefusal(ctx, refusalUnauthenticated, 0)
+		}
 		return nil, nil, err
 	}
 	if p != nil {
@@ -171,6 +182,22 @@ func (a *authenticator) authorize(ctx context.Context) (cl *caller, p *store.Pri
 	return cl, p, nil
 }
 
+// failureReason names a failed authentication in the summary.
+func failureReason(err error) string {
+	switch {
+	case errors.Is(err, errNoCredentials):
+		return "missing_credentials"
+	case errors.Is(err, errBadKey):
+		return "invalid_key"
+	case errors.Is(err, errNoCert):
+		return "missing_certificate"
+	case errors.Is(err, errBadCert):
+		return "invalid_certificate"
+	default:
+		return "malformed_credentials"
+	}
+}
+
 // fromAPIKey finds the valid principal of the call's bearer key.
 func (a *authenticator) fromAPIKey(ctx context.Context) (*store.Principal, error) {
 	key, err := bearer(ctx)
@@ -181,15 +208,14 @@ func (a *authenticator) fromAPIKey(ctx context.Context) (*store.Principal, error
 		return nil, errBadKey
 	}
 	hash := store.KeyHash(key)
-	p, err := a.lookup(ctx, "k:"+string(hash), func(ctx context.Context) (*store.Principal, error) {
-		return a.store.PrincipalByKeyHash(ctx, hash)
-	})
+	p, err := a.dir.byKeyHash(ctx, hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errBadKey
 	}
 	if err != nil {
-		return nil, err
+		return nil, toStatus(ctx, a.log, err)
 	}
+	a.touch(ctx, p)
 	// The lookup found the row by this hash already; comparing again in
 	// constant time costs nothing and keeps the check independent of how
 	// the store (or the cache's map) matched it.
@@ -234,98 +260,39 @@ func (a *authenticator) fromCertificate(ctx context.Context) (*store.Principal, 
 		return nil, errBadCert
 	}
 	subject := store.CertSubjectFor(cn)
-	p, err := a.lookup(ctx, "c:"+subject, func(ctx context.Context) (*store.Principal, error) {
-		return a.store.PrincipalByCertSubject(ctx, subject)
-	})
+	p, err := a.dir.byCertSubject(ctx, subject)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errBadCert
 	}
 	if err != nil {
-		return nil, err
+		return nil, toStatus(ctx, a.log, err)
 	}
+	a.touch(ctx, p)
 	if p.Revoked() {
 		return nil, errBadCert
 	}
 	return p, nil
 }
 
-// lookup returns the cached principal for key, or loads it (and refreshes
-// its last-used time). Store failures become statuses (UNAVAILABLE when
-// the store is briefly unreachable); ErrNotFound is returned as is.
-func (a *authenticator) lookup(ctx context.Context, key string, load func(context.Context) (*store.Principal, error)) (*store.Principal, error) {
-	if p, ok := a.cache.get(key); ok {
-		return p, nil
+// touch records the principal's use (LastUsedAt) when the stored value
+// is stale and this coordinator has not recorded it lately. Failing to
+// record it does not fail the call.
+func (a *authenticator) touch(ctx context.Context, p *store.Principal) {
+	now := time.Now()
+	if now.Sub(p.LastUsedAt) <= store.PrincipalTouchInterval {
+		return
 	}
-	p, err := load(ctx)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, err
+	a.touchMu.Lock()
+	if now.Sub(a.touched[p.ID]) <= store.PrincipalTouchInterval {
+		a.touchMu.Unlock()
+		return
 	}
-	if err != nil {
-		return nil, toStatus(ctx, a.log, err)
+	if a.touched == nil || len(a.touched) >= principalsMax {
+		a.touched = make(map[string]time.Time)
 	}
-	a.cache.put(key, p)
-	if !p.Revoked() && time.Since(p.LastUsedAt) > store.PrincipalTouchInterval {
-		// At most once per cache fill, and only when stale: a write per
-		// principal per minute or so, not per call. Failing to record it
-		// does not fail the call.
-		if err := a.store.TouchPrincipal(ctx, p.Tenant, p.ID, time.Time{}); err != nil {
-			a.log.DebugContext(ctx, "recording a principal's last use", slog.String("error", err.Error()))
-		}
-	}
-	return p, nil
-}
-
-// principalCacheMax bounds the cache; when full it starts over (keys are
-// few in practice; the bound only stops a flood of distinct valid keys
-// from growing memory).
-const principalCacheMax = 10_000
-
-// principalCache remembers looked-up principals for a short TTL, so that
-// authentication costs a map lookup instead of a query per call. The TTL
-// bounds how long a revocation made through another coordinator goes
-// unnoticed here; a revocation made here invalidates at once.
-type principalCache struct {
-	ttl time.Duration
-
-	mu      sync.Mutex // guards entries
-	entries map[string]cachedPrincipal
-}
-
-type cachedPrincipal struct {
-	p     *store.Principal
-	until time.Time
-}
-
-func newPrincipalCache(ttl time.Duration) *principalCache {
-	return &principalCache{ttl: ttl, entries: make(map[string]cachedPrincipal)}
-}
-
-func (c *principalCache) get(key string) (*store.Principal, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || time.Now().After(e.until) {
-		return nil, false
-	}
-	return e.p, true
-}
-
-func (c *principalCache) put(key string, p *store.Principal) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.entries) >= principalCacheMax {
-		clear(c.entries)
-	}
-	c.entries[key] = cachedPrincipal{p: p, until: time.Now().Add(c.ttl)}
-}
-
-// forget drops every entry of the principal id.
-func (c *principalCache) forget(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, e := range c.entries {
-		if e.p.ID == id {
-			delete(c.entries, k)
-		}
+	a.touched[p.ID] = now
+	a.touchMu.Unlock()
+	if err := a.store.TouchPrincipal(ctx, p.Tenant, p.ID, time.Time{}); err != nil {
+		a.log.DebugContext(ctx, "recording a principal's last use", slog.String("error", err.Error()))
 	}
 }

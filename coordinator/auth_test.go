@@ -118,6 +118,9 @@ func (e *authEnv) key(tenant string, role store.Role, queues ...string) (string,
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// Written behind the coordinator's back, as another coordinator
+	// would: usable here at once rather than after principalMissRefresh.
+	e.c.auth.dir.invalidate()
 	return secret, p
 }
 
@@ -191,6 +194,17 @@ func (e *authEnv) breaker(tenant string) string {
 		e.t.Fatal(err)
 	}
 	return dep
+}
+
+// schedule is a schedule of tenant (hourly, on a queue of its own).
+func (e *authEnv) schedule(tenant string) string {
+	e.t.Helper()
+	sc, err := e.st.CreateSchedule(context.Background(), store.CreateScheduleParams{Tenant: tenant, Name: e.uniq("sched"),
+		Spec: store.ScheduleSpec{Queue: e.uniq("sq"), Kind: "k", Interval: time.Hour}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sc.ID
 }
 
 // tok is the token of a lease the store granted, signed as a claim's
@@ -407,6 +421,36 @@ func matrixCases() map[string]rpcCase {
 		leaseholdv1.AdminService_ListAuditEvents_FullMethodName: {func(*authEnv, string) proto.Message {
 			return &leaseholdv1.ListAuditEventsRequest{}
 		}, ok, ok},
+
+		leaseholdv1.ScheduleService_CreateSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.CreateScheduleRequest{Name: e.uniq("s"), Spec: &leaseholdv1.ScheduleSpec{
+				Queue: e.uniq("sq"), Kind: "k", Cron: "0 * * * *"}}
+		}, ok, ok},
+		leaseholdv1.ScheduleService_GetSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.GetScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ListSchedules_FullMethodName: {func(*authEnv, string) proto.Message {
+			return &leaseholdv1.ListSchedulesRequest{}
+		}, ok, ok},
+		leaseholdv1.ScheduleService_UpdateSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.UpdateScheduleRequest{Schedule: e.schedule(tenantA), Spec: &leaseholdv1.ScheduleSpec{
+				Queue: e.uniq("sq"), Kind: "k", Interval: durationpb.New(time.Minute)}}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_PauseSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.PauseScheduleRequest{Schedule: e.schedule(tenantA), Reason: "matrix"}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ResumeSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ResumeScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_DeleteSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.DeleteScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_TriggerSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.TriggerScheduleRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+		leaseholdv1.ScheduleService_ListScheduleRuns_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ListScheduleRunsRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
 	}
 }
 
@@ -698,6 +742,32 @@ func TestQueueScopes(t *testing.T) {
 	}
 	_, err = admin.ListAuditEvents(ctx, &leaseholdv1.ListAuditEventsRequest{})
 	denied("a scoped operator reads the tenant's audit log", err)
+
+	// Breakers are per (tenant, dependency), shared by every queue: a
+	// scoped operator reads them but changes none; an unscoped one does.
+	dep := e.breaker(tenantA)
+	if _, err := admin.ListBreakers(ctx, &leaseholdv1.ListBreakersRequest{}); err != nil {
+		t.Errorf("a scoped operator lists breakers: %v", err)
+	}
+	if _, err := admin.GetBreaker(ctx, &leaseholdv1.GetBreakerRequest{Dependency: dep}); err != nil {
+		t.Errorf("a scoped operator reads a breaker: %v", err)
+	}
+	if _, err := admin.ListBreakerEvents(ctx, &leaseholdv1.ListBreakerEventsRequest{Dependency: dep}); err != nil {
+		t.Errorf("a scoped operator reads a breaker's events: %v", err)
+	}
+	_, err = admin.ResetBreaker(ctx, &leaseholdv1.ResetBreakerRequest{Dependency: dep, Reason: "scoped"})
+	denied("a scoped operator resets a breaker", err)
+	_, err = admin.ForceOpenBreaker(ctx, &leaseholdv1.ForceOpenBreakerRequest{Dependency: "payments-api", Duration: durationpb.New(time.Minute)})
+	denied("a scoped operator forces a breaker open", err)
+	_, err = admin.UpdateBreakerPolicy(ctx, &leaseholdv1.UpdateBreakerPolicyRequest{Policy: &leaseholdv1.BreakerPolicy{Dependency: "payments-api", HalfOpenProbes: 2}})
+	denied("a scoped operator re-policies a breaker", err)
+	scopedAdmin := leaseholdv1.NewAdminServiceClient(e.dial(adminKey))
+	_, err = scopedAdmin.ForceOpenBreaker(ctx, &leaseholdv1.ForceOpenBreakerRequest{Dependency: "payments-api", Duration: durationpb.New(time.Minute)})
+	denied("a scoped admin forces a breaker open", err)
+	unscopedKey, _ := e.key(tenantA, store.RoleOperator)
+	if _, err := leaseholdv1.NewAdminServiceClient(e.dial(unscopedKey)).ResetBreaker(ctx, &leaseholdv1.ResetBreakerRequest{Dependency: dep, Reason: "unscoped"}); err != nil {
+		t.Errorf("an unscoped operator resets a breaker: %v", err)
+	}
 	_, err = leaseholdv1.NewAdminServiceClient(e.dial(adminKey)).CreateApiKey(ctx, &leaseholdv1.CreateApiKeyRequest{Role: leaseholdv1.Role_ROLE_ADMIN})
 	denied("a scoped admin creates an unscoped key", err)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/retention"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -32,6 +34,20 @@ const (
 	PayloadMaxBytesDefault = 1 << 20
 	// IdempotencyWindowDefault is how long a request_id is remembered.
 	IdempotencyWindowDefault = store.IdempotencyWindowDefault
+	// StreamUnackedLeasesDefault and StreamUnackedBytesDefault bound what
+	// one stream may have been pushed and not acknowledged: 64 leases,
+	// 16 MiB. An acknowledging worker answers within a round trip, so the
+	// bounds only cap a burst; a stream that never reads holds no more.
+	StreamUnackedLeasesDefault = 64
+	StreamUnackedBytesDefault  = 16 << 20
+	// StreamUnackedBytesMax is the largest StreamUnackedBytes (1 GiB).
+	StreamUnackedBytesMax = 1 << 30
+	// StreamAckTimeoutDefault is how long a lease_acks worker may leave a
+	// pushed lease unacknowledged before its stream is ended.
+	StreamAckTimeoutDefault = 10 * time.Second
+	// StreamAckTimeoutMin and StreamAckTimeoutMax bound StreamAckTimeout.
+	StreamAckTimeoutMin = 10 * time.Millisecond
+	StreamAckTimeoutMax = 10 * time.Minute
 	// UnaryTimeoutDefault is the server-side deadline of a unary call whose
 	// client set none (or a longer one).
 	UnaryTimeoutDefault = 30 * time.Second
@@ -71,6 +87,20 @@ const (
 	// is a large fleet per coordinator, and it stays under a typical 20k+
 	// file-descriptor limit.
 	MaxConnectionsDefault = 10_000
+	// MaxHeaderListBytesDefault bounds the headers (metadata) of one call,
+	// the sum of each field's name, value and 32 bytes (HTTP/2's
+	// SETTINGS_MAX_HEADER_LIST_SIZE). grpc-go reads a call's headers
+	// before any interceptor runs, authentication included, and otherwise
+	// accepts 16 MiB per call: a few calls with no key could take
+	// hundreds of megabytes. 16 KiB holds an authorization header, trace
+	// context and a user agent many times over; grpc-go itself is moving
+	// its default to 8 KiB. A larger header list ends the call (a header
+	// block far beyond it, the connection) before it is decoded.
+	MaxHeaderListBytesDefault = 16 << 10
+	// MaxHeaderListBytesMin and MaxHeaderListBytesMax bound
+	// MaxHeaderListBytes.
+	MaxHeaderListBytesMin = 1 << 10
+	MaxHeaderListBytesMax = 1 << 20
 	// MaxConnectionAgeGraceDefault is how long calls on a connection that
 	// reached MaxConnectionAge get to finish after its GOAWAY.
 	MaxConnectionAgeGraceDefault = 30 * time.Second
@@ -87,6 +117,28 @@ const (
 	// bursts of 1,000 (a fleet reconnecting after a coordinator restart).
 	StreamOpenRateDefault  = 100
 	StreamOpenBurstDefault = 1000
+	// ConnectionCallRateDefault and ConnectionCallBurstDefault are each
+	// client connection's token bucket for unary calls, taken before
+	// authentication (so a caller with a wrong key or none is throttled
+	// too): twice a principal's, since one connection normally carries one
+	// principal's calls.
+	ConnectionCallRateDefault  = 2000
+	ConnectionCallBurstDefault = 4000
+	// AddressCallRateDefault and AddressCallBurstDefault are the same per
+	// remote address (many clients may share one behind NAT).
+	AddressCallRateDefault  = 5000
+	AddressCallBurstDefault = 10_000
+	// ConnectionStreamOpenRateDefault and ConnectionStreamOpenBurstDefault
+	// are each connection's bucket for opening streams before
+	// authentication; AddressStreamOpenRateDefault and
+	// AddressStreamOpenBurstDefault each remote address's (a fleet behind
+	// one address reconnecting at once: up to MaxConnectionsDefault).
+	ConnectionStreamOpenRateDefault  = 100
+	ConnectionStreamOpenBurstDefault = 1000
+	AddressStreamOpenRateDefault     = 1000
+	AddressStreamOpenBurstDefault    = 10_000
+	// TrustedProxiesMax bounds TrustedProxies.
+	TrustedProxiesMax = 64
 	// MaxInFlightReadsDefault and MaxInFlightWritesDefault bound the unary
 	// calls doing store work at once, per lane (reads: Get*/List*; writes:
 	// everything else but Claim). Above the store's connection pool and
@@ -107,6 +159,14 @@ const (
 	// watcher costs one goroutine and a map entry (~10 KB), so 20,000 are
 	// ~200 MB at most.
 	WatchersMaxDefault = 20_000
+	// HealthWatchersPerConnectionMaxDefault and HealthWatchersMaxDefault
+	// cap grpc.health.v1 Watch streams per client connection and per
+	// coordinator. Health needs no credentials, so these caps are what
+	// stands between an anonymous client and a goroutine per stream. A
+	// gRPC client's health checking holds one Watch per connection and
+	// probes use Check (not limited); 1,000 watches cost ~10 MB.
+	HealthWatchersPerConnectionMaxDefault = 8
+	HealthWatchersMaxDefault              = 1000
 	// AuthCacheTTLDefault is how long a verified principal is trusted
 	// before the store is asked again: the longest a key revoked through
 	// another coordinator keeps working here.
@@ -162,6 +222,23 @@ type Config struct {
 	// Claims without a duration use their queue policy's default. Default
 	// store.LeaseDurationDefault (30s); within [1s, 1h].
 	DefaultLeaseDuration time.Duration
+	// StreamUnackedLeases and StreamUnackedBytes bound the leases (and
+	// their encoded bytes) pushed to one Connect stream and not yet
+	// acknowledged by its worker (a LeaseAck, or a heartbeat or report
+	// naming the lease): at either bound nothing more is pushed to the
+	// stream until acknowledgements come. A claim for the stream takes no
+	// more leases than fit in the bytes left if each were as large as the
+	// largest lease pushed to it so far (the payload limit before the
+	// first), and at least one. Defaults StreamUnackedLeasesDefault (64) and
+	// StreamUnackedBytesDefault (16 MiB); see docs/streams.md.
+	StreamUnackedLeases int
+	StreamUnackedBytes  int
+	// StreamAckTimeout is how long a lease pushed to a stream whose worker
+	// declared the "lease_acks" feature may stay unacknowledged: past it
+	// the stream is ended (RESOURCE_EXHAUSTED, STREAM_NOT_ACKNOWLEDGING)
+	// and its unacknowledged leases are released. Default
+	// StreamAckTimeoutDefault (10s).
+	StreamAckTimeout time.Duration
 	// IdempotencyWindow is how long a request_id is remembered. Default
 	// IdempotencyWindowDefault (24h).
 	IdempotencyWindow time.Duration
@@ -182,6 +259,13 @@ type Config struct {
 	// coordinator, or an injected clock that moved). Default
 	// reaper.IntervalMaxDefault (2s).
 	ReapIntervalMax time.Duration
+	// SchedulePollInterval is how often the scheduler looks for due
+	// schedules. Default scheduler.PollIntervalDefault (200ms); negative
+	// disables the scheduler on this coordinator (others still fire).
+	SchedulePollInterval time.Duration
+	// SchedulesPerTenantMax caps the schedules of one tenant. Default
+	// store.ScheduleLimitDefault (10,000).
+	SchedulesPerTenantMax int
 	// Retention is how long finished jobs are kept before pruning. Zero
 	// means RetentionDefault (7 days); negative disables pruning (expired
 	// idempotency records are still removed).
@@ -203,6 +287,10 @@ type Config struct {
 	// limiting net.Listener: further connections wait to be accepted).
 	// Default MaxConnectionsDefault (10,000).
 	MaxConnections int
+	// MaxHeaderListBytes bounds the headers (metadata) of one call.
+	// Default MaxHeaderListBytesDefault (16 KiB); within
+	// [MaxHeaderListBytesMin, MaxHeaderListBytesMax].
+	MaxHeaderListBytes int
 	// MaxConnectionAge, when positive, ends each connection after about
 	// this long (grpc-go adds ±10% jitter) with a GOAWAY, so clients
 	// reconnect and spread over the replicas behind a load balancer (a
@@ -226,6 +314,32 @@ type Config struct {
 	// StreamOpenBurstDefault (1,000); a negative rate disables the limit.
 	StreamOpenRate  float64
 	StreamOpenBurst int
+	// ConnectionCallRate and ConnectionCallBurst, AddressCallRate and
+	// AddressCallBurst are token buckets for unary calls per client
+	// connection and per remote address, taken before authentication
+	// (RESOURCE_EXHAUSTED, RATE_LIMITED, with a RetryInfo delay).
+	// ConnectionStreamOpenRate, ConnectionStreamOpenBurst,
+	// AddressStreamOpenRate and AddressStreamOpenBurst are the same for
+	// opening streams. Defaults ConnectionCallRateDefault (2,000/s),
+	// ConnectionCallBurstDefault (4,000), AddressCallRateDefault (5,000/s),
+	// AddressCallBurstDefault (10,000), ConnectionStreamOpenRateDefault
+	// (100/s), ConnectionStreamOpenBurstDefault (1,000),
+	// AddressStreamOpenRateDefault (1,000/s), AddressStreamOpenBurstDefault
+	// (10,000); a negative rate disables a limit.
+	ConnectionCallRate        float64
+	ConnectionCallBurst       int
+	AddressCallRate           float64
+	AddressCallBurst          int
+	ConnectionStreamOpenRate  float64
+	ConnectionStreamOpenBurst int
+	AddressStreamOpenRate     float64
+	AddressStreamOpenBurst    int
+	// TrustedProxies are the networks of proxies whose x-forwarded-for
+	// header is believed: a call from one of them counts against the
+	// address it forwarded (the rightmost one not itself trusted), not
+	// against the proxy. Empty (the default): the peer's address always;
+	// x-forwarded-for is ignored. At most TrustedProxiesMax.
+	TrustedProxies []netip.Prefix
 	// MaxInFlightReads and MaxInFlightWrites bound the unary calls doing
 	// store work at once (see loadShedder); a call that finds its lane
 	// full for ShedWait is refused UNAVAILABLE, reason OVERLOADED, with a
@@ -240,6 +354,13 @@ type Config struct {
 	// WatchersMaxDefault (20,000).
 	WatchersPerConnectionMax int
 	WatchersMax              int
+	// HealthWatchersPerConnectionMax and HealthWatchersMax cap
+	// grpc.health.v1 Watch streams per client connection and per
+	// coordinator (RESOURCE_EXHAUSTED, reason WATCH_LIMIT), counted before
+	// anything else runs. Defaults HealthWatchersPerConnectionMaxDefault
+	// (8) and HealthWatchersMaxDefault (1,000).
+	HealthWatchersPerConnectionMax int
+	HealthWatchersMax              int
 	// OverloadLogInterval is how often the refusals of the rate limits,
 	// the load shedder and the watch caps are logged, at Warn, as one
 	// summary line with counts (when there were any). Default
@@ -253,9 +374,13 @@ type Config struct {
 	// for the readiness health status; a probe also times out after it.
 	// Default ReadinessProbeIntervalDefault (5s).
 	ReadinessProbeInterval time.Duration
+	// OutageLogInterval is how often an outage of the store that goes on
+	// is summarised at Warn (it is logged once when it starts and once when
+	// it ends). Default OutageLogIntervalDefault (30s).
+	OutageLogInterval time.Duration
 	// QueueMetricsInterval is how old the queue gauges may get before a
 	// collection reads the store again. Default QueueMetricsIntervalDefault
-	// (5s).
+	// (1s).
 	QueueMetricsInterval time.Duration
 	// WorkerSeenWindow is how long a unary-only worker stays in ListWorkers
 	// after its last call. Default WorkerSeenWindowDefault (2m).
@@ -295,11 +420,16 @@ func (c Config) WithDefaults() Config {
 	c.PayloadMaxBytes = cmp.Or(c.PayloadMaxBytes, PayloadMaxBytesDefault)
 	c.ListPageBytes = cmp.Or(c.ListPageBytes, ListPageBytesDefault)
 	c.DefaultLeaseDuration = cmp.Or(c.DefaultLeaseDuration, store.LeaseDurationDefault)
+	c.StreamUnackedLeases = cmp.Or(c.StreamUnackedLeases, StreamUnackedLeasesDefault)
+	c.StreamUnackedBytes = cmp.Or(c.StreamUnackedBytes, StreamUnackedBytesDefault)
+	c.StreamAckTimeout = cmp.Or(c.StreamAckTimeout, StreamAckTimeoutDefault)
 	c.IdempotencyWindow = cmp.Or(c.IdempotencyWindow, IdempotencyWindowDefault)
 	c.UnaryTimeout = cmp.Or(c.UnaryTimeout, UnaryTimeoutDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.PollMaxInterval = max(cmp.Or(c.PollMaxInterval, PollMaxIntervalDefault), c.PollInterval)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.SchedulePollInterval = cmp.Or(c.SchedulePollInterval, scheduler.PollIntervalDefault)
+	c.SchedulesPerTenantMax = cmp.Or(c.SchedulesPerTenantMax, store.ScheduleLimitDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
@@ -308,16 +438,28 @@ func (c Config) WithDefaults() Config {
 	c.UnaryBurst = cmp.Or(c.UnaryBurst, UnaryBurstDefault)
 	c.StreamOpenRate = cmp.Or(c.StreamOpenRate, StreamOpenRateDefault)
 	c.StreamOpenBurst = cmp.Or(c.StreamOpenBurst, StreamOpenBurstDefault)
+	c.ConnectionCallRate = cmp.Or(c.ConnectionCallRate, ConnectionCallRateDefault)
+	c.ConnectionCallBurst = cmp.Or(c.ConnectionCallBurst, ConnectionCallBurstDefault)
+	c.AddressCallRate = cmp.Or(c.AddressCallRate, AddressCallRateDefault)
+	c.AddressCallBurst = cmp.Or(c.AddressCallBurst, AddressCallBurstDefault)
+	c.ConnectionStreamOpenRate = cmp.Or(c.ConnectionStreamOpenRate, ConnectionStreamOpenRateDefault)
+	c.ConnectionStreamOpenBurst = cmp.Or(c.ConnectionStreamOpenBurst, ConnectionStreamOpenBurstDefault)
+	c.AddressStreamOpenRate = cmp.Or(c.AddressStreamOpenRate, AddressStreamOpenRateDefault)
+	c.AddressStreamOpenBurst = cmp.Or(c.AddressStreamOpenBurst, AddressStreamOpenBurstDefault)
 	c.MaxInFlightReads = cmp.Or(c.MaxInFlightReads, MaxInFlightReadsDefault)
 	c.MaxInFlightWrites = cmp.Or(c.MaxInFlightWrites, MaxInFlightWritesDefault)
 	c.ShedWait = cmp.Or(c.ShedWait, ShedWaitDefault)
 	c.WatchersPerConnectionMax = cmp.Or(c.WatchersPerConnectionMax, WatchersPerConnectionMaxDefault)
 	c.WatchersMax = cmp.Or(c.WatchersMax, WatchersMaxDefault)
+	c.HealthWatchersPerConnectionMax = cmp.Or(c.HealthWatchersPerConnectionMax, HealthWatchersPerConnectionMaxDefault)
+	c.HealthWatchersMax = cmp.Or(c.HealthWatchersMax, HealthWatchersMaxDefault)
 	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
+	c.MaxHeaderListBytes = cmp.Or(c.MaxHeaderListBytes, MaxHeaderListBytesDefault)
 	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)
 	c.MaxConcurrentStreams = cmp.Or(c.MaxConcurrentStreams, MaxConcurrentStreamsDefault)
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
+	c.OutageLogInterval = cmp.Or(c.OutageLogInterval, OutageLogIntervalDefault)
 	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
 	c.WorkerSeenWindow = cmp.Or(c.WorkerSeenWindow, WorkerSeenWindowDefault)
 	if c.MeterProvider == nil {
@@ -354,10 +496,48 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
+	if len(c.TrustedProxies) > TrustedProxiesMax {
+		errs = append(errs, fmt.Errorf("coordinator: at most %d TrustedProxies", TrustedProxiesMax))
+	}
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("coordinator: TrustedProxies holds an invalid network"))
+		}
+	}
+	if c.MaxHeaderListBytes < MaxHeaderListBytesMin || c.MaxHeaderListBytes > MaxHeaderListBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: MaxHeaderListBytes must be in [%d, %d]", MaxHeaderListBytesMin, MaxHeaderListBytesMax))
+	}
+	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
+	}
+	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
+		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
+	}
+	if c.StreamUnackedLeases < 1 || c.StreamUnackedLeases > CreditsMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedLeases must be in [1, %d]", CreditsMax))
+	}
+	if c.StreamUnackedBytes < 1 || c.StreamUnackedBytes > StreamUnackedBytesMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamUnackedBytes must be in [1, %d]", StreamUnackedBytesMax))
+	}
+	if c.StreamAckTimeout < StreamAckTimeoutMin || c.StreamAckTimeout > StreamAckTimeoutMax {
+		errs = append(errs, fmt.Errorf("coordinator: StreamAckTimeout must be in [%v, %v]", StreamAckTimeoutMin, StreamAckTimeoutMax))
+	}
+	errs = append(errs, c.signErrors()...)
+	return errors.Join(errs...)
+}
+
+// signErrors reports the rates that are not numbers and the counts and
+// durations that are negative.
+func (c Config) signErrors() []error {
+	var errs []error
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate}} {
+	}{
+		{"UnaryRate", c.UnaryRate}, {"StreamOpenRate", c.StreamOpenRate},
+		{"ConnectionCallRate", c.ConnectionCallRate}, {"AddressCallRate", c.AddressCallRate},
+		{"ConnectionStreamOpenRate", c.ConnectionStreamOpenRate}, {"AddressStreamOpenRate", c.AddressStreamOpenRate},
+	} {
 		if math.IsNaN(r.v) || math.IsInf(r.v, 0) {
 			errs = append(errs, fmt.Errorf("coordinator: %s must be a number of calls a second (negative: unlimited)", r.name))
 		}
@@ -369,20 +549,21 @@ func (c Config) Validate() error {
 		{"MaxConnections", c.MaxConnections},
 		{"UnaryBurst", c.UnaryBurst},
 		{"StreamOpenBurst", c.StreamOpenBurst},
+		{"ConnectionCallBurst", c.ConnectionCallBurst},
+		{"AddressCallBurst", c.AddressCallBurst},
+		{"ConnectionStreamOpenBurst", c.ConnectionStreamOpenBurst},
+		{"AddressStreamOpenBurst", c.AddressStreamOpenBurst},
 		{"MaxInFlightReads", c.MaxInFlightReads},
 		{"MaxInFlightWrites", c.MaxInFlightWrites},
 		{"WatchersPerConnectionMax", c.WatchersPerConnectionMax},
 		{"WatchersMax", c.WatchersMax},
+		{"HealthWatchersPerConnectionMax", c.HealthWatchersPerConnectionMax},
+		{"HealthWatchersMax", c.HealthWatchersMax},
+		{"SchedulesPerTenantMax", c.SchedulesPerTenantMax},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
 		}
-	}
-	if c.ListPageBytes < 0 || c.ListPageBytes > ListPageBytesMax {
-		errs = append(errs, fmt.Errorf("coordinator: ListPageBytes must be in [1, %d]", ListPageBytesMax))
-	}
-	if c.DefaultLeaseDuration < store.LeaseDurationMin || c.DefaultLeaseDuration > store.LeaseDurationMax {
-		errs = append(errs, errors.New("coordinator: DefaultLeaseDuration must be between 1s and 1h"))
 	}
 	for _, d := range []struct {
 		name string
@@ -396,6 +577,7 @@ func (c Config) Validate() error {
 		{"RetentionInterval", c.RetentionInterval},
 		{"ShutdownGrace", c.ShutdownGrace},
 		{"ReadinessProbeInterval", c.ReadinessProbeInterval},
+		{"OutageLogInterval", c.OutageLogInterval},
 		{"QueueMetricsInterval", c.QueueMetricsInterval},
 		{"WorkerSeenWindow", c.WorkerSeenWindow},
 		{"ConnectionTimeout", c.ConnectionTimeout},
@@ -407,7 +589,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // defaultID is hostname-pid-random: unique enough to tell coordinators

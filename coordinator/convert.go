@@ -186,6 +186,7 @@ var renewStatuses = map[store.RenewStatus]leaseholdv1.RenewStatus{
 	store.RenewRenewed:         leaseholdv1.RenewStatus_RENEW_STATUS_RENEWED,
 	store.RenewLost:            leaseholdv1.RenewStatus_RENEW_STATUS_LOST,
 	store.RenewCancelRequested: leaseholdv1.RenewStatus_RENEW_STATUS_CANCEL_REQUESTED,
+	store.RenewReported:        leaseholdv1.RenewStatus_RENEW_STATUS_REPORTED,
 }
 
 func toRenewResults(rs []store.RenewResult) []*leaseholdv1.RenewResult {

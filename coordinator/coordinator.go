@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/reaper"
 	"github.com/leasehold/leasehold/coordinator/retention"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
@@ -38,6 +39,9 @@ type Coordinator struct {
 	dispatcher *dispatch.Dispatcher
 	reaper     *reaper.Reaper
 	pruner     *retention.Pruner
+	// scheduler fires due schedules; nil when Config.SchedulePollInterval
+	// is negative.
+	scheduler *scheduler.Scheduler
 	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
 	// closed when its store subscription has returned (nil until Serve).
 	watches     *watchHub
@@ -50,11 +54,15 @@ type Coordinator struct {
 	unaryLimit  *rateLimiter
 	streamLimit *rateLimiter
 	shedder     *loadShedder
-	leases      leaseSigner
-	metrics     *Metrics
-	tracer      trace.Tracer
-	ready       readiness
-	seen        *seenWorkers
+	// preAuth throttles calls before authentication (preauth.go).
+	preAuth *preAuthLimits
+	// healthWatches caps grpc.health.v1 Watch streams.
+	healthWatches *healthWatchLimit
+	leases        leaseSigner
+	metrics       *Metrics
+	tracer        trace.Tracer
+	ready         readiness
+	seen          *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
 	// readinessDone is closed when the store prober has returned; nil
@@ -120,13 +128,16 @@ func New(cfg Config) (*Coordinator, error) {
 	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
 	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
 	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
+	c.preAuth = newPreAuthLimits(cfg)
+	c.healthWatches = newHealthWatchLimit(cfg.HealthWatchersPerConnectionMax, cfg.HealthWatchersMax)
 	c.reaper = reaper.New(reaper.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
 	})
 	c.auth = &authenticator{
 		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
-		cache: newPrincipalCache(cfg.AuthCacheTTL), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+		failures: &authFailures{interval: cfg.OverloadLogInterval, log: cfg.Logger, trusted: cfg.TrustedProxies},
+		dir:      newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
 	c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)
@@ -145,10 +156,17 @@ func New(cfg Config) (*Coordinator, error) {
 		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
 		Interval: cfg.RetentionInterval, Now: cfg.Now,
 	})
+	if cfg.SchedulePollInterval > 0 {
+		c.scheduler = scheduler.New(scheduler.Config{
+			Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now, PollInterval: cfg.SchedulePollInterval,
+			IdempotencyWindow: cfg.IdempotencyWindow, Fired: c.schedulesFired,
+		})
+	}
 	c.grpc = grpc.NewServer(c.serverOptions()...)
 	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
 	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
 	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
+	leaseholdv1.RegisterScheduleServiceServer(c.grpc, &scheduleService{c: c})
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
 	// The store answered when it was opened: ready until a probe says
@@ -174,8 +192,12 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.dispatcher.Start(c.bgCtx)
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
+		if c.scheduler != nil {
+			c.scheduler.Start(c.bgCtx)
+		}
 		c.reporter.Start(c.bgCtx)
 		c.overloadRep.Start(c.bgCtx)
+		c.auth.failures.Start(c.bgCtx)
 		c.watchesDone = make(chan struct{})
 		go func() {
 			defer close(c.watchesDone)
@@ -279,8 +301,12 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.dispatcher.Stop()
 	c.reaper.Stop()
 	c.pruner.Stop()
+	if c.scheduler != nil {
+		c.scheduler.Stop()
+	}
 	c.reporter.Stop()
 	c.overloadRep.Stop()
+	c.auth.failures.Stop()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
 	if c.readinessDone != nil {
 		<-c.readinessDone

@@ -26,12 +26,17 @@ const (
 // Now method) for readiness.
 const ReadinessProbeIntervalDefault = 5 * time.Second
 
+// OutageLogIntervalDefault is how often a store outage that goes on is
+// summarised at Warn.
+const OutageLogIntervalDefault = 30 * time.Second
+
 // readinessFollowers are the service names whose status is readiness'.
 var readinessFollowers = []string{
 	"", HealthReadiness,
 	leaseholdv1.JobService_ServiceDesc.ServiceName,
 	leaseholdv1.WorkerService_ServiceDesc.ServiceName,
 	leaseholdv1.AdminService_ServiceDesc.ServiceName,
+	leaseholdv1.ScheduleService_ServiceDesc.ServiceName,
 }
 
 // readiness is whether this coordinator should be sent calls.
@@ -39,6 +44,12 @@ type readiness struct {
 	mu           sync.Mutex // guards the fields below
 	storeErr     error      // the last probe's failure; nil when the store answered
 	shuttingDown bool
+
+	// The outage in progress, when storeErr is set; written by probeStore
+	// only.
+	downSince    time.Time // the first failed probe
+	failedProbes int       // failed probes since downSince
+	summarised   time.Time // the last Warn about it (start or summary)
 }
 
 // Ready reports whether the coordinator takes calls: the store answered
@@ -76,9 +87,11 @@ func (c *Coordinator) markShuttingDown() {
 	c.publishHealth()
 }
 
-// probeStore asks the store for its clock once and updates readiness,
-// logging a change at Warn (unreachable) or Info (back). It is the body of
-// the readiness loop; tests call it directly.
+// probeStore asks the store for its clock once and updates readiness. It
+// is the one place that logs a store outage: one Warn when it starts, a
+// Warn summary every OutageLogInterval while it lasts, one Info when it
+// ends (the loops that fail meanwhile log at Debug: store.FailureLevel).
+// It is the body of the readiness loop; tests call it directly.
 func (c *Coordinator) probeStore(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.ReadinessProbeInterval)
 	_, err := c.store.Now(pctx)
@@ -86,16 +99,38 @@ func (c *Coordinator) probeStore(ctx context.Context) {
 	if err != nil && ctx.Err() != nil {
 		return // shutting down: not the store's fault
 	}
-	c.ready.mu.Lock()
-	was := c.ready.storeErr
-	c.ready.storeErr = err
-	c.ready.mu.Unlock()
+	now := c.wallNow()
+	r := &c.ready
+	r.mu.Lock()
+	was := r.storeErr
+	r.storeErr = err
+	since, failed := r.downSince, r.failedProbes
+	summary := false
+	switch {
+	case err != nil && was == nil:
+		r.downSince, r.failedProbes, r.summarised = now, 1, now
+		since, failed = now, 1
+	case err != nil:
+		r.failedProbes++
+		failed = r.failedProbes
+		if now.Sub(r.summarised) >= c.cfg.OutageLogInterval {
+			r.summarised, summary = now, true
+		}
+	case was != nil:
+		r.downSince, r.failedProbes, r.summarised = time.Time{}, 0, time.Time{}
+	}
+	r.mu.Unlock()
+	engine := slog.String("engine", c.store.Engine())
 	switch {
 	case err != nil && was == nil:
 		c.log.WarnContext(ctx, "store unreachable; readiness is NOT_SERVING until it answers",
-			slog.String("engine", c.store.Engine()), slog.String("error", err.Error()))
+			engine, slog.String("error", err.Error()))
+	case summary:
+		c.log.WarnContext(ctx, "store still unreachable; readiness is NOT_SERVING",
+			engine, slog.Duration("down_for", now.Sub(since)), slog.Int("failed_probes", failed), slog.String("error", err.Error()))
 	case err == nil && was != nil:
-		c.log.InfoContext(ctx, "store reachable again; readiness is SERVING", slog.String("engine", c.store.Engine()))
+		c.log.InfoContext(ctx, "store reachable again; readiness is SERVING",
+			engine, slog.Duration("down_for", now.Sub(since)), slog.Int("failed_probes", failed))
 	}
 	c.publishHealth()
 }

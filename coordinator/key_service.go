@@ -147,6 +147,9 @@ func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.Create
 	if err != nil {
 		return nil, toStatus(ctx, c.log, renameField(renameField(err, "cert_subject", "certificate_common_name"), "key_hash", "certificate_common_name"))
 	}
+	// Usable here at once; other coordinators load it within
+	// principalMissRefresh of its first use there.
+	c.auth.dir.invalidate()
 	return &leaseholdv1.CreateApiKeyResponse{Principal: ToPrincipal(pr), Secret: secret}, nil
 }
 
@@ -185,7 +188,7 @@ func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.Revoke
 		return nil, toStatus(ctx, c.log, err)
 	}
 	// Other coordinators notice within their cache TTL; this one at once.
-	c.auth.cache.forget(pr.ID)
+	c.auth.dir.invalidate()
 	return &leaseholdv1.RevokeApiKeyResponse{Principal: ToPrincipal(pr)}, nil
 }
 

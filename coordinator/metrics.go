@@ -16,8 +16,10 @@ import (
 
 // QueueMetricsIntervalDefault is how old the queue gauges may get: a
 // collection (a Prometheus scrape, an OTLP push) younger than this reuses
-// the last store reading instead of querying again.
-const QueueMetricsIntervalDefault = 5 * time.Second
+// the last store reading instead of querying again. It is short, so that
+// a scrape shows the database as it is (within one scrape interval), and
+// long enough that several readers scraping at once cost one query.
+const QueueMetricsIntervalDefault = time.Second
 
 // queueMetricsTimeout bounds the store query behind the queue gauges, so
 // that a slow database cannot hold a scrape past Prometheus' own timeout.
@@ -77,6 +79,9 @@ type Metrics struct {
 	limited            metric.Int64Counter
 
 	queueMetricsErrors metric.Int64Counter
+
+	scheduleTicks metric.Int64Counter
+	scheduleLag   metric.Float64Histogram
 }
 
 // NewMetrics creates the instruments on mp (nil: otel's global
@@ -107,7 +112,14 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.queueMetricsErrors = counter("leasehold.queue.metrics.errors", "{error}",
 		"Failed store readings of the queue gauges (the gauges are absent until the next success).")
 
+	m.scheduleTicks = counter("leasehold.schedule.ticks", "{tick}",
+		"Schedule ticks handled by this coordinator, by tenant, queue and outcome: fired (a job created), skipped (the overlap policy) or missed (late beyond the misfire grace, per the catch-up policy).")
+
 	var err error
+	m.scheduleLag, err = m.meter.Float64Histogram("leasehold.schedule.tick.lag", metric.WithUnit("s"),
+		metric.WithDescription("From a tick's due time to the commit of its job, by tenant and queue."),
+		metric.WithExplicitBucketBoundaries(secondsBuckets...))
+	errs = append(errs, err)
 	m.commitItems, err = m.meter.Int64Histogram("leasehold.store.commit.batch.size", metric.WithUnit("{item}"),
 		metric.WithDescription("Items (reports) applied by one group commit, by operation."),
 		metric.WithExplicitBucketBoundaries(batchBuckets...))
@@ -365,4 +377,20 @@ func (c *Coordinator) setUpMetrics() error {
 // probe or operator made it here.
 func (m *Metrics) BreakerTransition(tenant, dependency string, state store.BreakerState) {
 	m.BreakerState(tenant, dependency, string(state))
+}
+
+// scheduleTicked counts a schedule's ticks of one outcome.
+func (m *Metrics) scheduleTicked(ctx context.Context, tenant, queue, outcome string, n int64) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.scheduleTicks.Add(ctx, n, metric.WithAttributes(attrTenant(tenant), attrQueue(queue), attribute.String("outcome", outcome)))
+}
+
+// scheduleTickLag records how late a tick's job committed.
+func (m *Metrics) scheduleTickLag(ctx context.Context, tenant, queue string, lag time.Duration) {
+	if m == nil {
+		return
+	}
+	m.scheduleLag.Record(ctx, max(0, lag.Seconds()), metric.WithAttributes(attrTenant(tenant), attrQueue(queue)))
 }

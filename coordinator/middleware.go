@@ -58,7 +58,10 @@ const (
 // Chain order, outermost first (go-grpc-middleware's example server):
 // the call's note (refusals.go), which the inner defences write and the
 // logger reads; logging sees every call with its final code, refusals
-// included; auth (skipped by a selector for health and reflection, which
+// included; the limits that act before authentication (the health Watch
+// caps, then the buckets per connection and per remote address:
+// preauth.go), so that a caller without a valid credential is throttled
+// too; auth (skipped by a selector for health and reflection, which
 // are public) resolves the caller and checks the method's permission
 // before any handler runs; the rate limits, after auth so that buckets are
 // per principal; the load shedder, so that only admitted calls wait for
@@ -82,6 +85,10 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
 		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + RecvHeadroom),
+		// Headers are read before any interceptor (authentication
+		// included) runs; grpc-go's default lets each call bring 16 MiB.
+		// The limit is also advertised, so honest clients fail fast.
+		grpc.MaxHeaderListSize(uint32(c.cfg.MaxHeaderListBytes)),
 		// Bounds any one response; see sendLimit.
 		grpc.MaxSendMsgSize(c.sendLimit()),
 		// Each worker stream and long-poll Claim is one HTTP/2 stream; this
@@ -111,6 +118,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(
 			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
+			c.preAuthUnary,
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
 			selector.UnaryServerInterceptor(c.rateLimitUnary(c.unaryLimit), needsAuth),
 			selector.UnaryServerInterceptor(c.shedder.unary(), needsAuth),
@@ -120,6 +128,8 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(
 			noteStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
+			c.limitHealthWatch,
+			c.preAuthStream,
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
 			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),

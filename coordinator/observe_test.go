@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -399,5 +400,59 @@ func TestSeenWorkersForgetAfterTheWindow(t *testing.T) {
 	}
 	if got := r.list("t", t0.Add(80*time.Second), "c1", func(w string) bool { return w == "w2" }); len(got) != 0 {
 		t.Fatalf("a worker with a stream is listed as unary too: %v", got)
+	}
+}
+
+// A store outage is one Warn when it starts, one Warn summary per
+// OutageLogInterval while it lasts and one Info when it ends, however
+// often the store is probed (it was a Warn per failed call of every loop:
+// 61 lines in 25 s on an idle coordinator).
+func TestAStoreOutageIsOneWarnASummaryAndOneInfo(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	o := newObservedWith(t, func(c *Config) { c.Now = clock })
+	ctx := context.Background()
+	lines := func(level, msg string) []string {
+		var out []string
+		for _, l := range strings.Split(o.logs.String(), "\n") {
+			if strings.Contains(l, "level="+level) && strings.Contains(l, msg) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+
+	o.st.down.Store(true)
+	for range 25 { // 25 s of outage, probed every second
+		o.c.probeStore(ctx)
+		advance(time.Second)
+	}
+	if got := lines("WARN", "store"); len(got) != 1 || !strings.Contains(got[0], "store unreachable") {
+		t.Fatalf("25 s into the outage: %d Warn lines, want the one that starts it:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	advance(10 * time.Second) // 35 s: past the 30 s summary interval
+	o.c.probeStore(ctx)
+	summaries := lines("WARN", "store still unreachable")
+	if len(summaries) != 1 || !strings.Contains(summaries[0], "down_for=35s") || !strings.Contains(summaries[0], "failed_probes=26") {
+		t.Fatalf("35 s into the outage, want one summary with down_for=35s failed_probes=26:\n%s", o.logs.String())
+	}
+	o.c.probeStore(ctx)
+	if n := len(lines("WARN", "store")); n != 2 {
+		t.Errorf("%d Warn lines after a probe right after the summary, want 2", n)
+	}
+
+	o.st.down.Store(false)
+	advance(time.Second)
+	o.c.probeStore(ctx)
+	o.c.probeStore(ctx)
+	back := lines("INFO", "store reachable again")
+	if len(back) != 1 || !strings.Contains(back[0], "down_for=36s") || !strings.Contains(back[0], "failed_probes=27") {
+		t.Fatalf("after the outage, want one Info with down_for=36s failed_probes=27:\n%s", o.logs.String())
+	}
+	if n := len(lines("WARN", "store")); n != 2 {
+		t.Errorf("%d Warn lines in all, want 2 (start and one summary)", n)
 	}
 }

@@ -35,6 +35,12 @@ const (
 	permWorkersRead  permission = "workers.read"
 	permAuditRead    permission = "audit.read"
 	permKeysManage   permission = "keys.manage"
+	// Schedules: producers define them in their queue scopes; operators
+	// pause, resume and trigger them; readers read them.
+	permSchedulesRead    permission = "schedules.read"
+	permSchedulesWrite   permission = "schedules.write"
+	permSchedulesPause   permission = "schedules.pause"
+	permSchedulesTrigger permission = "schedules.trigger"
 )
 
 // methodPermissions is THE table: every RPC of every service the
@@ -88,6 +94,18 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:        permKeysManage,
 	leaseholdv1.AdminService_ListAuditEvents_FullMethodName:     permAuditRead,
 
+	// ScheduleService: producers define, operators pause and resume,
+	// both trigger, readers read.
+	leaseholdv1.ScheduleService_CreateSchedule_FullMethodName:   permSchedulesWrite,
+	leaseholdv1.ScheduleService_UpdateSchedule_FullMethodName:   permSchedulesWrite,
+	leaseholdv1.ScheduleService_DeleteSchedule_FullMethodName:   permSchedulesWrite,
+	leaseholdv1.ScheduleService_GetSchedule_FullMethodName:      permSchedulesRead,
+	leaseholdv1.ScheduleService_ListSchedules_FullMethodName:    permSchedulesRead,
+	leaseholdv1.ScheduleService_ListScheduleRuns_FullMethodName: permSchedulesRead,
+	leaseholdv1.ScheduleService_PauseSchedule_FullMethodName:    permSchedulesPause,
+	leaseholdv1.ScheduleService_ResumeSchedule_FullMethodName:   permSchedulesPause,
+	leaseholdv1.ScheduleService_TriggerSchedule_FullMethodName:  permSchedulesTrigger,
+
 	// Health and reflection: public, so that load balancers and kubelet
 	// probes (which cannot present credentials) and grpcurl's discovery
 	// work. Reflection only describes the API, which is public anyway.
@@ -112,15 +130,18 @@ var publicServices = map[string]bool{
 // but no lease-bound call accepts a reader, so what a reader sees cannot
 // be used to publish for a job.
 var rolePermissions = map[store.Role][]permission{
-	store.RoleProducer: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel},
-	store.RoleWorker:   {permAuthenticated, permWork},
+	store.RoleProducer: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel,
+		permSchedulesRead, permSchedulesWrite, permSchedulesTrigger},
+	store.RoleWorker: {permAuthenticated, permWork},
 	store.RoleReader: {permAuthenticated, permJobsRead, permQueuesRead, permDeadRead,
-		permBreakerRead, permWorkersRead},
+		permBreakerRead, permWorkersRead, permSchedulesRead},
 	store.RoleOperator: {permAuthenticated, permJobsRead, permJobsCancel, permQueuesRead, permQueuesWrite,
-		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permAuditRead},
+		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permAuditRead,
+		permSchedulesRead, permSchedulesPause, permSchedulesTrigger},
 	store.RoleAdmin: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel, permWork,
 		permQueuesRead, permQueuesWrite, permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite,
-		permWorkersRead, permAuditRead, permKeysManage},
+		permWorkersRead, permAuditRead, permKeysManage,
+		permSchedulesRead, permSchedulesWrite, permSchedulesPause, permSchedulesTrigger},
 }
 
 // allows reports whether role holds perm.

@@ -18,7 +18,7 @@ func TestEveryMethodHasAPermission(t *testing.T) {
 	registered := map[string]bool{}
 	services := c.GRPCServer().GetServiceInfo()
 	for _, want := range []string{"leasehold.v1.JobService", "leasehold.v1.WorkerService", "leasehold.v1.AdminService",
-		"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} {
+		"leasehold.v1.ScheduleService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} {
 		if _, ok := services[want]; !ok {
 			t.Errorf("service %s is not registered", want)
 		}
@@ -50,11 +50,11 @@ func TestEveryMethodHasAPermission(t *testing.T) {
 func TestRolePermissions(t *testing.T) {
 	t.Parallel()
 	want := map[store.Role]string{
-		store.RoleProducer: "authenticated jobs.create jobs.read jobs.cancel",
+		store.RoleProducer: "authenticated jobs.create jobs.read jobs.cancel schedules.read schedules.write schedules.trigger",
 		store.RoleWorker:   "authenticated work",
-		store.RoleReader:   "authenticated jobs.read queues.read dead.read breakers.read workers.read",
-		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read",
-		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read keys.manage",
+		store.RoleReader:   "authenticated jobs.read queues.read dead.read breakers.read workers.read schedules.read",
+		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read schedules.read schedules.pause schedules.trigger",
+		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read keys.manage schedules.read schedules.write schedules.pause schedules.trigger",
 	}
 	for _, r := range store.Roles {
 		var got []string

@@ -60,11 +60,16 @@ var errRateLimited = errors.New("rate limited")
 // otherwise errRateLimited, with the wait until its next token noted for
 // the refusal's RetryInfo.
 func (r *rateLimiter) Limit(ctx context.Context) error {
+	return r.limitKey(ctx, rateKey(ctx))
+}
+
+// limitKey is Limit for the bucket of key.
+func (r *rateLimiter) limitKey(ctx context.Context, key string) error {
 	if r.limit == rate.Inf {
 		return nil
 	}
 	now := r.now()
-	b := r.bucket(rateKey(ctx), now)
+	b := r.bucket(key, now)
 	res := b.ReserveN(now, 1)
 	if !res.OK() {
 		noteRefusal(ctx, refusalRateLimited, time.Second)

@@ -34,6 +34,9 @@ const (
 	refusalRateLimited
 	refusalOverloaded
 	refusalWatchLimit
+	// refusalUnauthenticated: a failed authentication, summarised by
+	// authFailures rather than logged per call.
+	refusalUnauthenticated
 )
 
 // callNote is what the defences write about one call for the interceptors
@@ -204,27 +207,48 @@ func (l *loadShedder) unary() grpc.UnaryServerInterceptor {
 		if lane == nil {
 			return h(ctx, req)
 		}
-		select {
-		case lane <- struct{}{}:
-		default:
-			t := time.NewTimer(l.wait)
-			select {
-			case lane <- struct{}{}:
-				t.Stop()
-			case <-t.C:
-				shed.Add(1)
-				l.metrics.Shed(ctx, info.FullMethod)
-				noteRefusal(ctx, refusalOverloaded, shedRetryDelay)
-				return nil, refusalError(codes.Unavailable, ReasonOverloaded,
-					"the coordinator is overloaded: retry after the RetryInfo delay", shedRetryDelay)
-			case <-ctx.Done():
-				t.Stop()
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
+		if err := l.acquire(ctx, lane, shed, info.FullMethod); err != nil {
+			return nil, err
 		}
 		defer func() { <-lane }()
 		return h(ctx, req)
 	}
+}
+
+// acquire takes a slot of lane, waiting up to l.wait; the refusal is
+// OVERLOADED with a RetryInfo delay.
+func (l *loadShedder) acquire(ctx context.Context, lane chan struct{}, shed *atomic.Int64, method string) error {
+	select {
+	case lane <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	select {
+	case lane <- struct{}{}:
+		return nil
+	case <-t.C:
+		shed.Add(1)
+		l.metrics.Shed(ctx, method)
+		noteRefusal(ctx, refusalOverloaded, shedRetryDelay)
+		return refusalError(codes.Unavailable, ReasonOverloaded,
+			"the coordinator is overloaded: retry after the RetryInfo delay", shedRetryDelay)
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// write runs store work of a stream (a Connect's Hello binding its worker
+// id) in the write lane, as a unary write would run: a burst of stream
+// opens then waits its turn with every other write instead of taking the
+// store's connections from the calls in flight.
+func (l *loadShedder) write(ctx context.Context, method string, f func() error) error {
+	if err := l.acquire(ctx, l.writes, &l.counts.shedWrites, method); err != nil {
+		return err
+	}
+	defer func() { <-l.writes }()
+	return f()
 }
 
 // OverloadLogIntervalDefault is how often refusals are summarised in the

@@ -3,12 +3,14 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -43,11 +45,20 @@ type session struct {
 	reportSlots chan struct{}
 	reports     sync.WaitGroup
 
-	mu         sync.Mutex // guards out, outBytes, backlogged, leases, renewing, renewalEnds, closed, draining
+	mu         sync.Mutex // guards out, outBytes, backlogged, leases, unacked…ackTimer, renewing, renewalEnds, closed, draining
 	out        []*leaseholdv1.ConnectResponse
 	outBytes   int                         // proto size of out
 	backlogged bool                        // out passed the soft bound: no claims for this stream
 	leases     map[string]store.LeaseToken // job id → token held through this stream
+	// unacked holds the leases pushed and not yet acknowledged (job id →
+	// lease), unackedBytes their encoded size; atAckBound is set when the
+	// dispatcher found no room, ackTimer runs while a lease_acks worker
+	// has unacknowledged leases. See session_acks.go.
+	unacked      map[string]unackedLease
+	unackedBytes int
+	largestLease int // encoded size of the largest lease pushed here
+	atAckBound   bool
+	ackTimer     *time.Timer
 	// renewing is set while a heartbeat's renewal runs (the receiver runs
 	// one at a time), and renewalEnds collects the leases (job id →
 	// generation) whose end was applied meanwhile: see heartbeat.
@@ -111,9 +122,12 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 		s.mu.Unlock()
 		return false
 	}
+	now := time.Now()
 	for _, j := range jobs {
 		s.leases[j.Token.JobID] = j.Token
-		s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.leases.sign(j.Token))}})
+		m := &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.leases.sign(j.Token))}}
+		s.pushedLocked(j.Token, proto.Size(m), now)
+		s.enqueueLocked(m)
 	}
 	s.mu.Unlock()
 	for _, j := range jobs {
@@ -149,6 +163,7 @@ func (s *session) forget(jobID string, generation int64) {
 	if t, ok := s.leases[jobID]; ok && t.Generation == generation {
 		delete(s.leases, jobID)
 	}
+	s.ackedLocked(jobID, generation) // the Ready below wakes the dispatcher anyway
 	if s.renewing {
 		if s.renewalEnds == nil {
 			s.renewalEnds = map[string]int64{}
@@ -205,7 +220,10 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	if err != nil {
 		return toStatus(ctx, c.log, err)
 	}
-	if err := c.checkClaim(ctx, h.workerID, h.queues); err != nil {
+	// Binding the worker id may write to the store: in the write lane.
+	if err := c.shedder.write(ctx, leaseholdv1.WorkerService_Connect_FullMethodName, func() error {
+		return c.checkClaim(ctx, h.workerID, h.queues)
+	}); err != nil {
 		return err
 	}
 
@@ -218,6 +236,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		ctx:         sctx, cancel: cancel,
 		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
+		unacked:     make(map[string]unackedLease),
 		signal:      make(chan struct{}, 1),
 		reportSlots: make(chan struct{}, streamReportsMax),
 	}
@@ -228,7 +247,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	s.waiter = &dispatch.Waiter{
 		Tenant: tenant, Worker: h.workerID, Queues: h.queues,
 		LeaseDuration: h.lease, Capacity: int(h.capacity),
-		Deliver: s.deliver, Held: s.held, Backlogged: s.isBacklogged,
+		Deliver: s.deliver, Held: s.held, Room: s.room, Backlogged: s.isBacklogged,
 	}
 	if err := c.register(s); err != nil {
 		return err
@@ -256,6 +275,13 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	// context ends) and the reports in flight before the deferred cleanup.
 	cancel(nil)
 	s.reports.Wait()
+	s.stopAckTimer()
+	if cause := context.Cause(sctx); errors.Is(cause, errNotAcknowledging) || errors.Is(cause, errNotReading) {
+		// No round may claim for the stream again (the released leases
+		// make room under its bound): its Deliver would refuse them.
+		c.dispatcher.Remove(s.waiter)
+		s.releaseUnacked(ctx)
+	}
 	return err
 }
 
@@ -264,7 +290,7 @@ func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvD
 	flush := func() error {
 		for _, m := range s.takeOut() {
 			if err := stream.Send(m); err != nil {
-				return err
+				return connectionGone(err)
 			}
 		}
 		return nil
@@ -293,6 +319,10 @@ func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvD
 			case errors.Is(cause, errNotReading):
 				return statusError(codes.ResourceExhausted, ReasonStreamNotReading,
 					"the stream's outbound queue passed its bound because the client stopped reading it")
+			case errors.Is(cause, errNotAcknowledging):
+				return statusError(codes.ResourceExhausted, ReasonStreamNotAcknowledging, fmt.Sprintf(
+					"a pushed lease stayed unacknowledged for %v; its leases were released: acknowledge each pushed lease with a LeaseAck as it arrives",
+					s.c.cfg.StreamAckTimeout))
 			default:
 				return toStatus(s.ctx, s.c.log, s.ctx.Err())
 			}
@@ -370,8 +400,11 @@ func (s *session) handle(m *leaseholdv1.ConnectRequest) (stop bool, err error) {
 			return true, err
 		}
 	case *leaseholdv1.ConnectRequest_Ack:
-		// Informational: a pushed lease is a lease whether or not it
-		// is acknowledged.
+		ids, err := c.v.LeaseAck(msg.Ack)
+		if err != nil {
+			return true, toStatus(s.ctx, c.log, err)
+		}
+		s.ack(ids)
 	case *leaseholdv1.ConnectRequest_Hello:
 		return true, invalidArgument("hello", "hello may be sent only once, as the first message")
 	default:
@@ -388,6 +421,8 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 	if err != nil {
 		return toStatus(s.ctx, c.log, err)
 	}
+	// Naming a lease acknowledges it: the worker has it.
+	s.ackTokens(toks)
 	// A lease whose end (a report on this stream or a unary one, an
 	// expiry) is applied while the renewal runs may have been renewed
 	// just before it ended: its end then forgot it before the renewal's
@@ -418,13 +453,19 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 		return nil // the stream ended meanwhile; nothing to track
 	}
 	for _, r := range results {
-		if r.Status == store.RenewLost {
+		if r.Status == store.RenewLost || r.Status == store.RenewReported {
 			if t, ok := s.leases[r.Token.JobID]; ok && t.Generation == r.Token.Generation {
 				delete(s.leases, r.Token.JobID)
 			}
-			s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
-				LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
-			}})
+			s.ackedLocked(r.Token.JobID, r.Token.Generation)
+			// A lease the worker's own report ended (the heartbeat was
+			// sent before the report's answer came back) is not lost: the
+			// report's answer tells the worker how it ended.
+			if r.Status == store.RenewLost {
+				s.enqueueLocked(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_LeaseLost{
+					LeaseLost: &leaseholdv1.LeaseLostNotice{Token: toToken(r.Token)},
+				}})
+			}
 			continue
 		}
 		// A lease renewed through this stream is held here, even when it
@@ -487,13 +528,14 @@ func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 			continue
 		}
 		s.mu.Lock()
-		n := len(s.leases)
+		n, unacked := len(s.leases), len(s.unacked)
 		s.mu.Unlock()
 		out = append(out, &leaseholdv1.WorkerInfo{
 			WorkerId: s.hello.workerID, Queues: s.hello.queues, Capacity: s.hello.capacity,
 			ActiveLeases: int32(n), Credits: int32(c.dispatcher.Credits(s.waiter)),
 			Labels: s.hello.labels, Sdk: s.hello.sdk,
 			ConnectedAt: timestamppb.New(s.connectedAt), CoordinatorId: c.cfg.ID,
+			UnacknowledgedLeases: int32(unacked), AcknowledgesLeases: s.hello.acks,
 		})
 	}
 	return out
@@ -504,6 +546,19 @@ func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
 func recvStatus(err error) error {
 	if errors.Is(err, io.EOF) {
 		return nil
+	}
+	return connectionGone(err)
+}
+
+// connectionGone turns the error of a Recv or Send on a stream whose
+// connection went away ("transport is closing": it aged out after
+// MaxConnectionAge, or the worker vanished) into CANCELED. Nobody reads
+// this status; it is what the access log records, and an ending that is
+// not the coordinator's fault logs at Debug, as a cancelled call does,
+// rather than at Warn once per worker per connection age.
+func connectionGone(err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return status.Error(codes.Canceled, "connection closed: "+st.Message())
 	}
 	return err
 }

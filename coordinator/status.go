@@ -33,8 +33,12 @@ const (
 	// ReasonStreamNotReading: a Connect stream ended because its client
 	// stopped reading while the coordinator's queue for it grew.
 	ReasonStreamNotReading = "STREAM_NOT_READING"
-	ReasonUnimplemented    = "UNIMPLEMENTED"
-	ReasonInternal         = "INTERNAL"
+	// ReasonStreamNotAcknowledging: a worker that declared the lease_acks
+	// feature left a pushed lease unacknowledged past the ack timeout; its
+	// stream was ended and its unacknowledged leases released.
+	ReasonStreamNotAcknowledging = "STREAM_NOT_ACKNOWLEDGING"
+	ReasonUnimplemented          = "UNIMPLEMENTED"
+	ReasonInternal               = "INTERNAL"
 	// ReasonReportMismatch: the lease already made this terminal report
 	// with another result or error; the first one stands.
 	ReasonReportMismatch = "REPORT_MISMATCH"
@@ -66,6 +70,15 @@ const (
 	// ReasonPrincipalExists: a valid principal already has this
 	// certificate common name.
 	ReasonPrincipalExists = "PRINCIPAL_EXISTS"
+	// ReasonScheduleNotFound: a ScheduleService call named no schedule of
+	// the caller's tenant (or one outside its queues).
+	ReasonScheduleNotFound = "SCHEDULE_NOT_FOUND"
+	// ReasonScheduleExists: CreateSchedule with a name the tenant already
+	// uses.
+	ReasonScheduleExists = "SCHEDULE_EXISTS"
+	// ReasonScheduleLimit: the tenant has as many schedules as the
+	// coordinator allows (RESOURCE_EXHAUSTED).
+	ReasonScheduleLimit = "SCHEDULE_LIMIT"
 )
 
 // statusError builds a status with an ErrorInfo reason.
@@ -126,6 +139,12 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrBreakerNotFound):
 		return statusError(codes.NotFound, ReasonBreakerNotFound,
 			"the dependency has no breaker yet: nothing has reported on it and no operator has acted on it")
+	case errors.Is(err, store.ErrScheduleNotFound):
+		return statusError(codes.NotFound, ReasonScheduleNotFound, "schedule not found")
+	case errors.Is(err, store.ErrScheduleExists):
+		return statusError(codes.AlreadyExists, ReasonScheduleExists, "a schedule of this name exists: choose another name or update it")
+	case errors.Is(err, store.ErrScheduleLimit):
+		return statusError(codes.ResourceExhausted, ReasonScheduleLimit, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return statusError(codes.NotFound, ReasonJobNotFound, "job not found")
 	case errors.Is(err, store.ErrAlreadyFinal):

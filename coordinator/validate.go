@@ -517,7 +517,19 @@ type hello struct {
 	labels   map[string]string
 	sdk      string
 	lease    time.Duration // 0: the queue policy's default
+	// acks: the worker declared the lease_acks feature.
+	acks bool
 }
+
+// Hello features: at most helloFeaturesMax names of at most
+// helloFeatureMaxLen bytes; unknown names are ignored.
+const (
+	helloFeaturesMax   = 16
+	helloFeatureMaxLen = 64
+	// FeatureLeaseAcks is the Hello feature of a worker that acknowledges
+	// every pushed lease (see docs/streams.md).
+	FeatureLeaseAcks = "lease_acks"
+)
 
 // Hello validates the first message of a Connect stream.
 func (v validator) Hello(r *leaseholdv1.Hello) (hello, error) {
@@ -555,12 +567,32 @@ func (v validator) Hello(r *leaseholdv1.Hello) (hello, error) {
 	if err != nil {
 		return hello{}, err
 	}
+	if len(r.GetFeatures()) > helloFeaturesMax {
+		return hello{}, store.Invalid("hello.features", fmt.Sprintf("must name at most %d features", helloFeaturesMax))
+	}
+	acks := false
+	for i, f := range r.GetFeatures() {
+		if err := store.ValidateText(fmt.Sprintf("hello.features[%d]", i), f, helloFeatureMaxLen, true); err != nil {
+			return hello{}, err
+		}
+		acks = acks || f == FeatureLeaseAcks
+	}
 	sdk := r.GetSdkName()
 	if r.GetSdkVersion() != "" {
 		sdk += "/" + r.GetSdkVersion()
 	}
 	return hello{workerID: r.GetWorkerId(), queues: qs, capacity: r.GetCapacity(),
-		labels: r.GetLabels(), sdk: sdk, lease: lease}, nil
+		labels: r.GetLabels(), sdk: sdk, lease: lease, acks: acks}, nil
+}
+
+// LeaseAck validates a LeaseAck: at most CreditsMax job ids (a stream
+// never holds more unacknowledged leases); ids it does not hold are
+// ignored by the caller.
+func (v validator) LeaseAck(r *leaseholdv1.LeaseAck) ([]string, error) {
+	if len(r.GetJobIds()) > CreditsMax {
+		return nil, store.Invalid("ack.job_ids", fmt.Sprintf("must have at most %d ids", CreditsMax))
+	}
+	return r.GetJobIds(), nil
 }
 
 // CreditGrant validates a CreditGrant.

@@ -105,7 +105,7 @@ func (h *watchHub) tendPresence(ctx context.Context, log *slog.Logger) {
 	}
 	if h.count() > 0 {
 		if err := h.present(ctx); err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "cannot renew the watch announcement; watchers may see changes late",
+			log.Log(ctx, store.FailureLevel(err), "cannot renew the watch announcement; watchers may see changes late",
 				slog.String("error", err.Error()))
 		}
 		return
@@ -244,7 +244,7 @@ func (h *watchHub) run(ctx context.Context, log *slog.Logger) {
 		changes, err := h.notifier.SubscribeJobChanges(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.WarnContext(ctx, "cannot subscribe to job changes; watchers see changes made through other coordinators late",
+				log.Log(ctx, store.FailureLevel(err), "cannot subscribe to job changes; watchers see changes made through other coordinators late",
 					slog.String("error", err.Error()), slog.Duration("retry_in", watchResubscribeDelay))
 			}
 		} else {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI checks of the deployment files (make deploy-check):
 #   1. the pinned helm in ./.bin (make helm), its version checked;
-#   2. helm lint --strict of the chart, with default and with all values;
+#   2. helm lint --strict of the chart, with default values and with each
+#      values file of its ci/ folder (full-values.yaml: everything on);
 #   3. the strict decoding test in deploy/ (its own Go module): every
 #      rendered object decodes strictly into its k8s.io/api type, the
 #      chart's invariants hold, deploy/kubernetes equals the default render;
@@ -34,7 +35,7 @@ case "$got" in "$helm_version"*) ;; *) echo "FAIL: .bin/helm is $got, want $helm
 step "helm $got ready in $(elapsed "$t0")"
 
 # 2. helm lint.
-for values in "" deploy/helm/leasehold/ci/full-values.yaml; do
+for values in "" deploy/helm/leasehold/ci/*.yaml; do
   step "helm lint --strict --kube-version $KUBE_VERSION deploy/helm/leasehold${values:+ -f $values}"
   "$HELM" lint --strict --kube-version "$KUBE_VERSION" deploy/helm/leasehold ${values:+-f "$values"}
 done

@@ -16,7 +16,9 @@
 # stand-in for golang:1.26-bookworm made here from Debian bookworm
 # (debootstrap) plus the local Go toolchain.
 #
-# Then it runs the image (podman, host network, loopback addresses only):
+# Then it runs the image (podman, host network, loopback addresses only;
+# gRPC on a free port, HTTP on port 0, so that nothing depends on 7400 or
+# 7401 being free):
 #   1. `leasehold version`;
 #   2. `leasehold serve` on the embedded SQLite default, as uid 65532 with
 #      every capability dropped, until grpc.health.v1 says SERVING, then
@@ -291,7 +293,7 @@ fi
 
 # 2. serve on the embedded SQLite default (./leasehold.db in /data).
 port="$(free_port)"
-serve_check sqlite "127.0.0.1:$port" "$image" serve --listen "127.0.0.1:$port"
+serve_check sqlite "127.0.0.1:$port" "$image" serve --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0
 
 # 3. as in the pod: migrate, then serve --no-migrate on a read-only root.
 if [ "${LEASEHOLD_IMAGE_SKIP_POSTGRES:-0}" = 1 ]; then
@@ -309,7 +311,7 @@ else
     || { echo "$out" >&2; fail "postgres: leasehold migrate failed"; }
   say "postgres: leasehold migrate into schema $pg_schema: ok"
   port="$(free_port)"
-  serve_check postgres "127.0.0.1:$port" "${pod_opts[@]}" "$image" serve --listen "127.0.0.1:$port" --no-migrate
+  serve_check postgres "127.0.0.1:$port" "${pod_opts[@]}" "$image" serve --listen "127.0.0.1:$port" --http-listen 127.0.0.1:0 --no-migrate
 fi
 
 say "OK: $image ($mode) built, static, nonroot, ran version and serve"

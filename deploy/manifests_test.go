@@ -2,10 +2,12 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +17,9 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	k8sjson "sigs.k8s.io/json"
@@ -90,27 +94,67 @@ type serviceMonitor struct {
 // kinds maps each apiVersion/kind the chart may render to the type it must
 // decode into. Anything else is an error.
 var kinds = map[string]func() metav1.Object{
-	"apps/v1/Deployment":                      func() metav1.Object { return &appsv1.Deployment{} },
-	"v1/Service":                              func() metav1.Object { return &corev1.Service{} },
-	"v1/ServiceAccount":                       func() metav1.Object { return &corev1.ServiceAccount{} },
-	"v1/Secret":                               func() metav1.Object { return &corev1.Secret{} },
-	"policy/v1/PodDisruptionBudget":           func() metav1.Object { return &policyv1.PodDisruptionBudget{} },
-	"batch/v1/Job":                            func() metav1.Object { return &batchv1.Job{} },
-	"autoscaling/v2/HorizontalPodAutoscaler":  func() metav1.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	"monitoring.coreos.com/v1/ServiceMonitor": func() metav1.Object { return &serviceMonitor{} },
+	"apps/v1/Deployment":                       func() metav1.Object { return &appsv1.Deployment{} },
+	"v1/Service":                               func() metav1.Object { return &corev1.Service{} },
+	"v1/ServiceAccount":                        func() metav1.Object { return &corev1.ServiceAccount{} },
+	"v1/Secret":                                func() metav1.Object { return &corev1.Secret{} },
+	"policy/v1/PodDisruptionBudget":            func() metav1.Object { return &policyv1.PodDisruptionBudget{} },
+	"batch/v1/Job":                             func() metav1.Object { return &batchv1.Job{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":   func() metav1.Object { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":  func() metav1.Object { return &serviceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule":  func() metav1.Object { return &prometheusRule{} },
+	"rbac.authorization.k8s.io/v1/Role":        func() metav1.Object { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() metav1.Object { return &rbacv1.RoleBinding{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() metav1.Object { return &networkingv1.NetworkPolicy{} },
+	"v1/Pod":                                   func() metav1.Object { return &corev1.Pod{} },
+}
+
+// prometheusRule is the part of the Prometheus Operator's
+// monitoring.coreos.com/v1 PrometheusRule the chart uses, decoded strictly
+// like serviceMonitor.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              ruleFile `json:"spec"`
+}
+
+// ruleFile is a Prometheus rules file (and a PrometheusRule's spec).
+type ruleFile struct {
+	Groups []struct {
+		Name     string `json:"name"`
+		Interval string `json:"interval,omitempty"`
+		Rules    []struct {
+			Record      string            `json:"record,omitempty"`
+			Alert       string            `json:"alert,omitempty"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for,omitempty"`
+			Labels      map[string]string `json:"labels,omitempty"`
+			Annotations map[string]string `json:"annotations,omitempty"`
+		} `json:"rules"`
+	} `json:"groups"`
 }
 
 // rendered is one render, decoded strictly.
 type rendered struct {
 	deployment     *appsv1.Deployment
 	service        *corev1.Service
-	serviceAccount *corev1.ServiceAccount
+	serviceAccount *corev1.ServiceAccount // the coordinator's
 	pdb            *policyv1.PodDisruptionBudget
-	job            *batchv1.Job
+	job            *batchv1.Job // the migration Job
 	secrets        []*corev1.Secret
 	hpa            *autoscalingv2.HorizontalPodAutoscaler
 	serviceMonitor *serviceMonitor
-	all            []metav1.Object
+	prometheusRule *prometheusRule
+	networkPolicy  *networkingv1.NetworkPolicy
+
+	// The bootstrap Job and the objects that exist for it.
+	bootstrapJob            *batchv1.Job
+	bootstrapServiceAccount *corev1.ServiceAccount
+	bootstrapRole           *rbacv1.Role
+	bootstrapRoleBinding    *rbacv1.RoleBinding
+	testPod                 *corev1.Pod // helm test
+
+	all []metav1.Object
 }
 
 // decode splits a multi-document YAML stream and decodes every object
@@ -152,11 +196,32 @@ func decode(t *testing.T, stream []byte) *rendered {
 		case *corev1.Service:
 			setOnce(t, &r.service, o)
 		case *corev1.ServiceAccount:
-			setOnce(t, &r.serviceAccount, o)
+			if component(o) == "bootstrap" {
+				setOnce(t, &r.bootstrapServiceAccount, o)
+			} else {
+				setOnce(t, &r.serviceAccount, o)
+			}
 		case *policyv1.PodDisruptionBudget:
 			setOnce(t, &r.pdb, o)
 		case *batchv1.Job:
-			setOnce(t, &r.job, o)
+			switch component(o) {
+			case "migration":
+				setOnce(t, &r.job, o)
+			case "bootstrap":
+				setOnce(t, &r.bootstrapJob, o)
+			default:
+				t.Fatalf("Job %q of component %q", o.Name, component(o))
+			}
+		case *rbacv1.Role:
+			setOnce(t, &r.bootstrapRole, o)
+		case *rbacv1.RoleBinding:
+			setOnce(t, &r.bootstrapRoleBinding, o)
+		case *corev1.Pod:
+			setOnce(t, &r.testPod, o)
+		case *networkingv1.NetworkPolicy:
+			setOnce(t, &r.networkPolicy, o)
+		case *prometheusRule:
+			setOnce(t, &r.prometheusRule, o)
 		case *corev1.Secret:
 			r.secrets = append(r.secrets, o)
 		case *autoscalingv2.HorizontalPodAutoscaler:
@@ -170,6 +235,9 @@ func decode(t *testing.T, stream []byte) *rendered {
 	}
 	return &r
 }
+
+// component is an object's app.kubernetes.io/component label.
+func component(o metav1.Object) string { return o.GetLabels()["app.kubernetes.io/component"] }
 
 func setOnce[T any](t *testing.T, dst **T, v *T) {
 	t.Helper()
@@ -282,7 +350,7 @@ func TestFullRender(t *testing.T) {
 // TestCommittedManifestsMatchDefaultRender keeps deploy/kubernetes in sync
 // with the chart.
 func TestCommittedManifestsMatchDefaultRender(t *testing.T) {
-	want := render(t)
+	want := render(t, "--skip-tests") // as make manifests renders it
 	got, err := os.ReadFile(manifestsFile)
 	if err != nil {
 		t.Fatalf("%v (run make manifests)", err)
@@ -309,6 +377,17 @@ func TestBadValuesFail(t *testing.T) {
 		{"bad grace", "shutdownGrace=10", "shutdownGrace"},
 		{"gRPC probes on a TLS port", "tls.enabled=true,tls.secretName=s,probes.type=grpc", "probes.type grpc"},
 		{"unknown probe type", "probes.type=tcp", "probes"},
+		// Each of these rendered a pod that crash-loops or a PDB that
+		// blocks drains.
+		{"auth none without the insecure opt-in", "auth.mode=none", "auth.insecureAllowUnauthenticated=true"},
+		{"auth mtls without TLS", "auth.mode=mtls", "auth.mode mtls needs client certificates"},
+		{"auth mtls without a client CA", "auth.mode=mtls,tls.enabled=true,tls.secretName=s", "tls.clientCA.enabled=true"},
+		{"unknown auth mode", "auth.mode=basic", "/auth/mode"},
+		{"the insecure opt-in with api-key", "auth.insecureAllowUnauthenticated=true", "applies to auth.mode none only"},
+		{"a termination grace shorter than the shutdown", "shutdownGrace=60s,terminationGracePeriodSeconds=60", "does not cover the shutdown"},
+		{"a grace in a unit the chart cannot add up", "shutdownGrace=1500ms", "shutdownGrace"},
+		{"a PDB that keeps every replica", "podDisruptionBudget.minAvailable=2", "would block every node drain"},
+		{"a PDB of 100%", "podDisruptionBudget.minAvailable=100%", "would block every node drain"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := runRender("--set", tc.set)
@@ -322,17 +401,178 @@ func TestBadValuesFail(t *testing.T) {
 	}
 }
 
+// TestValueCombinations renders each values file of the chart's ci/
+// folder (helm lint runs them too) and checks the chart's invariants on
+// each.
+func TestValueCombinations(t *testing.T) {
+	cases := map[string]expect{
+		"full-values.yaml":           {tls: true, mtls: true, autoscaled: true},
+		"single-replica-values.yaml": {replicas: 1, noPDB: true},
+		"auth-none-values.yaml":      {replicas: 2, auth: "none"},
+		"mtls-values.yaml":           {replicas: 2, tls: true, mtls: true, auth: "mtls"},
+	}
+	files, err := filepath.Glob(filepath.Join("helm", "leasehold", "ci", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		want, ok := cases[filepath.Base(f)]
+		if !ok {
+			t.Errorf("%s: add its expectations to TestValueCombinations", f)
+			continue
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := decode(t, render(t, "-f", f))
+			checkCommon(t, r, want)
+		})
+	}
+}
+
+// TestShutdownGraceDrivesTermination: a longer shutdownGrace lengthens
+// the pod's termination grace period (it rendered 45s for a 60s grace).
+func TestShutdownGraceDrivesTermination(t *testing.T) {
+	for grace, want := range map[string]int64{"10s": 45, "60s": 145, "1m30s": 205, "2m": 265} {
+		r := decode(t, render(t, "--set", "shutdownGrace="+grace))
+		checkCommon(t, r, expect{replicas: 2})
+		if got := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; got != want {
+			t.Errorf("shutdownGrace %s: terminationGracePeriodSeconds %d, want %d (5s preStop + 2 x grace + 5s flush + 15s)", grace, got, want)
+		}
+	}
+	r := decode(t, render(t, "--set", "shutdownGrace=60s,terminationGracePeriodSeconds=600"))
+	if got := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; got != 600 {
+		t.Errorf("terminationGracePeriodSeconds set to 600 rendered %d", got)
+	}
+}
+
+// TestOneReplicaDoesNotBlockDrains: with one replica there is no PDB,
+// which would forbid evicting the only pod.
+func TestOneReplicaDoesNotBlockDrains(t *testing.T) {
+	for _, set := range []string{"replicaCount=1", "autoscaling.enabled=true,autoscaling.minReplicas=1"} {
+		r := decode(t, render(t, "--set", set))
+		if r.pdb != nil {
+			t.Errorf("--set %s renders a PodDisruptionBudget with minAvailable %v: it blocks every node drain", set, r.pdb.Spec.MinAvailable)
+		}
+	}
+}
+
+// TestConnectionsAgeOutByDefault: serve gets --max-connection-age (and
+// its grace) by default, so worker streams spread over new replicas; ""
+// turns it off.
+func TestConnectionsAgeOutByDefault(t *testing.T) {
+	c := coordinatorContainer(t, decode(t, render(t)).deployment)
+	if got := flagValue(c.Args, "--max-connection-age"); got != "30m" {
+		t.Errorf("--max-connection-age %q, want 30m by default", got)
+	}
+	if got := flagValue(c.Args, "--max-connection-age-grace"); got != "30s" {
+		t.Errorf("--max-connection-age-grace %q, want 30s", got)
+	}
+	c = coordinatorContainer(t, decode(t, render(t, "--set", "maxConnectionAge=")).deployment)
+	if slices.Contains(c.Args, "--max-connection-age") {
+		t.Errorf("maxConnectionAge empty still passes --max-connection-age: %q", c.Args)
+	}
+}
+
+// TestFullRenderExtras checks the optional parts of full-values.yaml that
+// checkCommon does not: envFrom, the extra container and volume, the Job
+// pod annotations, the NetworkPolicy and the PrometheusRule.
+func TestFullRenderExtras(t *testing.T) {
+	r := decode(t, render(t, "-f", fullValues))
+	pod := r.deployment.Spec.Template.Spec
+	c := coordinatorContainer(t, r.deployment)
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "leasehold-env" {
+		t.Errorf("envFrom = %+v", c.EnvFrom)
+	}
+	if len(pod.Containers) != 2 || pod.Containers[1].Name != "cloud-sql-proxy" {
+		t.Errorf("extraContainers: containers %d", len(pod.Containers))
+	}
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "cloudsql" }) ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "cloudsql" }) {
+		t.Error("extraVolumes/extraVolumeMounts not rendered")
+	}
+	for what, ann := range map[string]map[string]string{
+		"migration": r.job.Spec.Template.Annotations, "bootstrap": r.bootstrapJob.Spec.Template.Annotations,
+		"test": r.testPod.Annotations,
+	} {
+		if ann["sidecar.istio.io/inject"] != "false" {
+			t.Errorf("%s pod annotations %v lack the values' sidecar.istio.io/inject", what, ann)
+		}
+	}
+
+	np := r.networkPolicy
+	if np == nil {
+		t.Fatal("no NetworkPolicy rendered")
+	}
+	if !selects(np.Spec.PodSelector.MatchLabels, r.deployment.Spec.Template.Labels) || selects(np.Spec.PodSelector.MatchLabels, r.job.Spec.Template.Labels) {
+		t.Errorf("NetworkPolicy selects %v: want the coordinator pods only", np.Spec.PodSelector.MatchLabels)
+	}
+	ports := map[string][]networkingv1.NetworkPolicyPeer{}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			ports[p.Port.String()] = rule.From
+		}
+	}
+	grpcPeers := ports["grpc"]
+	if len(ports) != 2 || len(ports["http"]) != 1 || len(grpcPeers) != 2 || grpcPeers[0].NamespaceSelector == nil {
+		t.Errorf("NetworkPolicy ingress %v, want grpc from the values' peer and the test pod, http from the values' peer", ports)
+	} else if sel := grpcPeers[1].PodSelector; sel == nil || !selects(sel.MatchLabels, r.testPod.Labels) {
+		t.Errorf("NetworkPolicy's second gRPC peer %+v does not let the helm test pod in (labels %v)", grpcPeers[1], r.testPod.Labels)
+	}
+
+	if r.prometheusRule == nil {
+		t.Fatal("no PrometheusRule rendered")
+	}
+	if r.prometheusRule.Labels["release"] != "prometheus" {
+		t.Errorf("PrometheusRule lacks metrics.prometheusRule.labels: %v", r.prometheusRule.Labels)
+	}
+	file := readRules(t, filepath.Join("prometheus", "leasehold-rules.yaml"))
+	if !reflect.DeepEqual(r.prometheusRule.Spec, file) {
+		t.Errorf("the chart's PrometheusRule differs from deploy/prometheus/leasehold-rules.yaml: copy the file to helm/leasehold/files/")
+	}
+	alerts := map[string]bool{}
+	for _, g := range file.Groups {
+		for _, rule := range g.Rules {
+			alerts[rule.Alert] = true
+		}
+	}
+	for _, a := range []string{"LeaseholdQueueLagHigh", "LeaseholdDeadLettersGrowing", "LeaseholdBreakerOpen", "LeaseholdNoWorkers"} {
+		if !alerts[a] {
+			t.Errorf("no alert %s in the rules", a)
+		}
+	}
+}
+
+// readRules decodes a Prometheus rules file strictly.
+func readRules(t *testing.T, path string) ruleFile {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f ruleFile
+	strict, err := k8sjson.UnmarshalStrict(js, &f)
+	if err != nil || len(strict) > 0 {
+		t.Fatalf("%s: %v %v", path, err, strict)
+	}
+	return f
+}
+
 type expect struct {
 	replicas   int32 // when not autoscaled
 	tls, mtls  bool
 	autoscaled bool
+	auth       string // serve --auth; "" means api-key
+	noPDB      bool   // one replica: no PodDisruptionBudget
 }
 
 // checkCommon checks what holds for every render.
 func checkCommon(t *testing.T, r *rendered, want expect) {
 	for name, present := range map[string]bool{
 		"Deployment": r.deployment != nil, "Service": r.service != nil, "ServiceAccount": r.serviceAccount != nil,
-		"PodDisruptionBudget": r.pdb != nil, "migration Job": r.job != nil,
+		"migration Job": r.job != nil,
 	} {
 		if !present {
 			t.Fatalf("no %s rendered", name)
@@ -394,7 +634,7 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 		"--listen":      fmt.Sprintf("0.0.0.0:%d", grpcPort),
 		"--http-listen": fmt.Sprintf("0.0.0.0:%d", httpPort),
 		"--log-format":  "json",
-		"--auth":        "api-key",
+		"--auth":        cmp.Or(want.auth, "api-key"),
 	} {
 		if got := flagValue(args, flag); got != value {
 			t.Errorf("serve %s = %q, want %q (args %q)", flag, got, value, args)
@@ -493,12 +733,24 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 		t.Errorf("Service selector %v does not select the pods %v", r.service.Spec.Selector, podLabels)
 	}
 
-	// PodDisruptionBudget.
-	if r.pdb.Spec.MinAvailable == nil || r.pdb.Spec.MinAvailable.String() != "1" {
-		t.Errorf("PDB minAvailable = %v, want 1", r.pdb.Spec.MinAvailable)
-	}
-	if !selects(r.pdb.Spec.Selector.MatchLabels, podLabels) {
-		t.Errorf("PDB selector %v does not select the pods %v", r.pdb.Spec.Selector.MatchLabels, podLabels)
+	// PodDisruptionBudget: none with one replica (it could only block
+	// drains), else one that leaves a pod to evict.
+	var pdbSelector map[string]string
+	switch {
+	case want.noPDB:
+		if r.pdb != nil {
+			t.Errorf("one replica, yet a PodDisruptionBudget (minAvailable %v) blocks every node drain", r.pdb.Spec.MinAvailable)
+		}
+	case r.pdb == nil:
+		t.Error("no PodDisruptionBudget rendered")
+	default:
+		if r.pdb.Spec.MinAvailable == nil || r.pdb.Spec.MinAvailable.String() != "1" {
+			t.Errorf("PDB minAvailable = %v, want 1", r.pdb.Spec.MinAvailable)
+		}
+		if !selects(r.pdb.Spec.Selector.MatchLabels, podLabels) {
+			t.Errorf("PDB selector %v does not select the pods %v", r.pdb.Spec.Selector.MatchLabels, podLabels)
+		}
+		pdbSelector = r.pdb.Spec.Selector.MatchLabels
 	}
 
 	// Migration Job.
@@ -528,7 +780,7 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 	// route calls to them, and the PDB and Deployment would count them.
 	jobLabels := j.Spec.Template.Labels
 	for what, sel := range map[string]map[string]string{
-		"Service": r.service.Spec.Selector, "PodDisruptionBudget": r.pdb.Spec.Selector.MatchLabels,
+		"Service": r.service.Spec.Selector, "PodDisruptionBudget": pdbSelector,
 		"Deployment": d.Spec.Selector.MatchLabels,
 	} {
 		if selects(sel, jobLabels) {
@@ -537,6 +789,130 @@ func checkCommon(t *testing.T, r *rendered, want expect) {
 	}
 	if jpod.AutomountServiceAccountToken == nil || *jpod.AutomountServiceAccountToken {
 		t.Error("migration pods mount a service account token")
+	}
+
+	apiKey := cmp.Or(want.auth, "api-key") == "api-key"
+	checkBootstrap(t, r, apiKey, dbRef)
+	checkTestPod(t, r, apiKey, want.tls)
+}
+
+// checkBootstrap checks the bootstrap Job of auth.mode api-key: a
+// post-install/post-upgrade hook that runs key create --kubernetes-secret
+// with a service account allowed to read that one Secret and to create
+// Secrets, and nothing more; no bootstrap objects in the other modes.
+func checkBootstrap(t *testing.T, r *rendered, want bool, dbRef *corev1.SecretKeySelector) {
+	t.Helper()
+	if !want {
+		if r.bootstrapJob != nil || r.bootstrapRole != nil || r.bootstrapRoleBinding != nil || r.bootstrapServiceAccount != nil {
+			t.Error("bootstrap objects rendered without auth.mode api-key")
+		}
+		return
+	}
+	j, sa, role, rb := r.bootstrapJob, r.bootstrapServiceAccount, r.bootstrapRole, r.bootstrapRoleBinding
+	if j == nil || sa == nil || role == nil || rb == nil {
+		t.Fatalf("bootstrap: Job %v, ServiceAccount %v, Role %v, RoleBinding %v: want all four", j != nil, sa != nil, role != nil, rb != nil)
+	}
+	const phases = "post-install,post-upgrade"
+	for _, o := range []metav1.Object{j, sa, role, rb} {
+		if got := o.GetAnnotations()["helm.sh/hook"]; got != phases {
+			t.Errorf("%T %q: hook %q, want %q (after the migration, on every upgrade)", o, o.GetName(), got, phases)
+		}
+	}
+	for _, o := range []metav1.Object{sa, role, rb} {
+		if hookWeight(t, o) >= hookWeight(t, j) {
+			t.Errorf("%T %q: hook weight %d must be below the Job's %d", o, o.GetName(), hookWeight(t, o), hookWeight(t, j))
+		}
+		if !strings.Contains(o.GetAnnotations()["helm.sh/hook-delete-policy"], "hook-succeeded") {
+			t.Errorf("%T %q outlives the hook: its delete policy lacks hook-succeeded", o, o.GetName())
+		}
+	}
+	pod := j.Spec.Template.Spec
+	checkPodSecurity(t, "bootstrap Job", &pod)
+	if pod.ServiceAccountName != sa.Name || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Errorf("bootstrap pod runs as %q (token mounted: %v), want %q with its token", pod.ServiceAccountName, pod.AutomountServiceAccountToken, sa.Name)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("bootstrap Job has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	secret := flagValue(c.Args, "--kubernetes-secret")
+	if len(c.Args) < 2 || c.Args[0] != "key" || c.Args[1] != "create" || flagValue(c.Args, "--role") != "admin" || secret == "" {
+		t.Errorf("bootstrap args %q, want key create --role admin --kubernetes-secret NAME", c.Args)
+	}
+	if got := flagValue(c.Args, "--database-url"); got != "$("+databaseURLEnv+")" {
+		t.Errorf("bootstrap --database-url %q, want $(%s) (expanded by Kubernetes, so the URL is not in the spec)", got, databaseURLEnv)
+	}
+	if got := envSecretRef(t, c.Env); got.Name != dbRef.Name || got.Key != dbRef.Key {
+		t.Errorf("bootstrap Job reads %s/%s, the coordinator %s/%s", got.Name, got.Key, dbRef.Name, dbRef.Key)
+	}
+	// RBAC: get that one Secret, create Secrets; nothing else.
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 ||
+		rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa.Name || rb.Subjects[0].Namespace != "leasehold" {
+		t.Errorf("RoleBinding %+v does not bind Role %q to ServiceAccount %q", rb, role.Name, sa.Name)
+	}
+	verbs := map[string]bool{}
+	for _, rule := range role.Rules {
+		if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"secrets"}) {
+			t.Errorf("bootstrap Role rule %+v reaches beyond core Secrets", rule)
+		}
+		for _, v := range rule.Verbs {
+			verbs[v] = true
+			if v == "get" && !slices.Equal(rule.ResourceNames, []string{secret}) {
+				t.Errorf("bootstrap Role may get Secrets %q, want only %q", rule.ResourceNames, secret)
+			}
+		}
+	}
+	if len(verbs) != 2 || !verbs["get"] || !verbs["create"] {
+		t.Errorf("bootstrap Role verbs %v, want get and create", verbs)
+	}
+	if slices.ContainsFunc(r.secrets, func(s *corev1.Secret) bool { return s.Name == secret }) {
+		t.Errorf("the chart renders the Secret %q itself: the Job would find it and create no key", secret)
+	}
+	for what, sel := range map[string]map[string]string{
+		"Service": r.service.Spec.Selector, "Deployment": r.deployment.Spec.Selector.MatchLabels,
+	} {
+		if selects(sel, j.Spec.Template.Labels) {
+			t.Errorf("the %s selector %v also selects the bootstrap pods", what, sel)
+		}
+	}
+}
+
+// checkTestPod checks the helm test pod: it calls the coordinator's
+// Service with the bootstrap key.
+func checkTestPod(t *testing.T, r *rendered, apiKey, tls bool) {
+	t.Helper()
+	p := r.testPod
+	if !apiKey {
+		if p != nil {
+			t.Error("helm test pod rendered without the bootstrap key to call with")
+		}
+		return
+	}
+	if p == nil {
+		t.Fatal("no helm test pod rendered")
+	}
+	if p.Annotations["helm.sh/hook"] != "test" {
+		t.Errorf("test pod hook %q, want test", p.Annotations["helm.sh/hook"])
+	}
+	checkPodSecurity(t, "test pod", &p.Spec)
+	if len(p.Spec.Containers) != 1 {
+		t.Fatalf("test pod has %d containers", len(p.Spec.Containers))
+	}
+	c := p.Spec.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	wantAddr := fmt.Sprintf("%s.leasehold.svc:%d", r.service.Name, grpcPort)
+	if env["LEASEHOLD_ADDR"].Value != wantAddr {
+		t.Errorf("test pod LEASEHOLD_ADDR %q, want %q", env["LEASEHOLD_ADDR"].Value, wantAddr)
+	}
+	ref := env["LEASEHOLD_API_KEY"].ValueFrom
+	if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != flagValue(r.bootstrapJob.Spec.Template.Spec.Containers[0].Args, "--kubernetes-secret") || ref.SecretKeyRef.Key != "api-key" {
+		t.Errorf("test pod LEASEHOLD_API_KEY %+v, want the bootstrap Secret's api-key", env["LEASEHOLD_API_KEY"])
+	}
+	if _, ok := env["LEASEHOLD_TLS_CA_FILE"]; ok != tls {
+		t.Errorf("test pod LEASEHOLD_TLS_CA_FILE set = %v, want %v (TLS on)", ok, tls)
 	}
 }
 
@@ -689,10 +1065,11 @@ func checkTLSVolume(t *testing.T, pod *corev1.PodSpec, c *corev1.Container, mtls
 func coordinatorContainer(t *testing.T, d *appsv1.Deployment) *corev1.Container {
 	t.Helper()
 	cs := d.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		t.Fatalf("Deployment has %d containers, want 1", len(cs))
+	i := slices.IndexFunc(cs, func(c corev1.Container) bool { return c.Name == "leasehold" })
+	if i < 0 {
+		t.Fatalf("Deployment has no container named leasehold: %d containers", len(cs))
 	}
-	return &cs[0]
+	return &cs[i]
 }
 
 func envSecretRef(t *testing.T, env []corev1.EnvVar) *corev1.SecretKeySelector {
@@ -761,4 +1138,80 @@ func firstDifference(got, want []byte) string {
 		}
 	}
 	return ""
+}
+
+// scaledObject is the part of KEDA's keda.sh/v1alpha1 ScaledObject the
+// worker example uses, decoded strictly like serviceMonitor.
+type scaledObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		ScaleTargetRef struct {
+			Name string `json:"name"`
+		} `json:"scaleTargetRef"`
+		MinReplicaCount *int32 `json:"minReplicaCount,omitempty"`
+		MaxReplicaCount *int32 `json:"maxReplicaCount,omitempty"`
+		PollingInterval *int32 `json:"pollingInterval,omitempty"`
+		CooldownPeriod  *int32 `json:"cooldownPeriod,omitempty"`
+		Triggers        []struct {
+			Type     string            `json:"type"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// TestWorkerExample decodes deploy/examples/worker-keda.yaml strictly: a
+// worker Deployment that reaches the chart's Service, and a KEDA
+// ScaledObject on its queue's due jobs that does not double-count the
+// replicas' identical gauges.
+func TestWorkerExample(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("examples", "worker-keda.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *appsv1.Deployment
+	var so *scaledObject
+	for i, doc := range splitYAML(b) {
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		var tm metav1.TypeMeta
+		if err := k8sjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
+			t.Fatal(err)
+		}
+		var obj any
+		switch tm.APIVersion + "/" + tm.Kind {
+		case "apps/v1/Deployment":
+			d = &appsv1.Deployment{}
+			obj = d
+		case "keda.sh/v1alpha1/ScaledObject":
+			so = &scaledObject{}
+			obj = so
+		default:
+			t.Fatalf("document %d: unexpected %s/%s", i, tm.APIVersion, tm.Kind)
+		}
+		if strict, err := k8sjson.UnmarshalStrict(js, obj); err != nil || len(strict) > 0 {
+			t.Fatalf("document %d does not decode strictly: %v %v", i, err, strict)
+		}
+	}
+	if d == nil || so == nil {
+		t.Fatal("want a Deployment and a ScaledObject")
+	}
+	if so.Spec.ScaleTargetRef.Name != d.Name || len(so.Spec.Triggers) != 1 {
+		t.Fatalf("ScaledObject targets %q with %d triggers, want the Deployment %q", so.Spec.ScaleTargetRef.Name, len(so.Spec.Triggers), d.Name)
+	}
+	q := so.Spec.Triggers[0].Metadata["query"]
+	if so.Spec.Triggers[0].Type != "prometheus" || !strings.HasPrefix(q, "max(leasehold_queue_available{") {
+		t.Errorf("trigger %+v: want prometheus on max(leasehold_queue_available{...}) (every coordinator exports the same reading)", so.Spec.Triggers[0])
+	}
+	pod := d.Spec.Template.Spec
+	checkPodSecurity(t, "worker example", &pod)
+	env := map[string]string{}
+	for _, e := range pod.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if want := fmt.Sprintf("leasehold.leasehold.svc:%d", grpcPort); env["LEASEHOLD_ADDR"] != want {
+		t.Errorf("worker LEASEHOLD_ADDR %q, want the default release's Service %q", env["LEASEHOLD_ADDR"], want)
+	}
 }

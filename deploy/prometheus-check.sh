@@ -3,15 +3,17 @@
 # metric must show up in Prometheus' own query API:
 #
 #   1. install Debian's prometheus package when `prometheus` is missing
-#      (without letting its service start);
+#      (without letting its service start); promtool checks and unit-tests
+#      deploy/prometheus/leasehold-rules.yaml;
 #   2. build leasehold and start `leasehold serve` on the embedded SQLite
 #      file, gRPC and HTTP on free loopback ports;
 #   3. start Prometheus on a free loopback port, scraping /metrics every
 #      second;
 #   4. create a job with the CLI;
 #   5. query Prometheus until leasehold_queue_jobs{queue="prometheus-check",
-#      state="queued"} is 1, or fail after PROMETHEUS_CHECK_TIMEOUT seconds
-#      (default 90).
+#      state="queued"} is 1, and then the recording rule of
+#      deploy/prometheus/leasehold-rules.yaml over it (loaded as rule_files),
+#      or fail after PROMETHEUS_CHECK_TIMEOUT seconds (default 90).
 #
 # Everything listens on 127.0.0.1 only, and both processes are stopped (by
 # their process ids) and the temporary directory removed on every exit.
@@ -52,6 +54,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 command -v curl >/dev/null 2>&1 || fail "curl is needed to query Prometheus (apt-get install curl)"
 say "$(prometheus --version 2>&1 | head -n 1)"
+
+# The shipped rules: valid, and each alert fires on its test series.
+command -v promtool >/dev/null 2>&1 || fail "promtool is missing (Debian's prometheus package has it)"
+promtool check rules "$root/deploy/prometheus/leasehold-rules.yaml" >&2 || fail "promtool check rules"
+(cd "$root/deploy/prometheus" && promtool test rules leasehold-rules_test.yaml) >&2 || fail "promtool test rules"
 # The time bound starts once the tools are there (an install's duration is
 # the mirror's, not ours).
 deadline=$((SECONDS + timeout_s))
@@ -117,6 +124,8 @@ cat >"$tmp/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files:
+  - $root/deploy/prometheus/leasehold-rules.yaml
 scrape_configs:
   - job_name: leasehold
     static_configs:
@@ -135,15 +144,18 @@ say "prometheus ready on $prom_addr"
 # 4. A job.
 "$bin" --addr "$grpc_addr" job create --queue "$queue" --kind check --payload '{}' >/dev/null
 
-# 5. Ask Prometheus.
-query="leasehold_queue_jobs{queue=\"$queue\",state=\"queued\"}"
-while :; do
-  body="$(curl -fsS --get "http://$prom_addr/api/v1/query" --data-urlencode "query=$query" || true)"
-  # The value of an instant vector sample: ..."value":[<time>,"1"]...
-  if printf '%s' "$body" | grep -q '"value":\[[0-9.]*,"1"\]'; then
-    say "OK: Prometheus has $query = 1"
-    exit 0
-  fi
-  [ "$SECONDS" -lt "$deadline" ] || fail "Prometheus never had $query = 1; last answer: $body"
-  sleep 1
+# 5. Ask Prometheus: the scraped gauge, then the shipped recording rule
+# over it (so the rules use the names the coordinator really exports).
+for query in "leasehold_queue_jobs{queue=\"$queue\",state=\"queued\"}" \
+  "leasehold:queue_jobs:max{queue=\"$queue\",state=\"queued\"}"; do
+  while :; do
+    body="$(curl -fsS --get "http://$prom_addr/api/v1/query" --data-urlencode "query=$query" || true)"
+    # The value of an instant vector sample: ..."value":[<time>,"1"]...
+    if printf '%s' "$body" | grep -q '"value":\[[0-9.]*,"1"\]'; then
+      say "OK: Prometheus has $query = 1"
+      break
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || fail "Prometheus never had $query = 1; last answer: $body"
+    sleep 1
+  done
 done

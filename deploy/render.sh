@@ -3,7 +3,7 @@
 # release "leasehold" in namespace "leasehold", for Kubernetes
 # $KUBE_VERSION. Extra arguments go to `helm template` (e.g. -f values.yaml).
 #
-#   deploy/render.sh > deploy/kubernetes/leasehold.yaml   (what `make manifests` runs)
+#   deploy/render.sh --skip-tests > deploy/kubernetes/leasehold.yaml   (what `make manifests` runs)
 #
 # `make manifests` and the strict decoding test in deploy/ both call this,
 # so the committed manifests and the test's default render cannot drift.

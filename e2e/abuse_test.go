@@ -133,11 +133,13 @@ type prober struct {
 	stop  chan struct{}
 	done  chan struct{}
 	calls int
+	// p99Max is the p99 Stop asserts; zero: reported only.
+	p99Max time.Duration
 }
 
-func startProbe(t *testing.T, addr, jobID string) *prober {
+func startProbe(t *testing.T, addr, jobID string, opts ...grpc.DialOption) *prober {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func startProbe(t *testing.T, addr, jobID string) *prober {
 	if _, err := jobs.GetJob(ctxT(t), &leaseholdv1.GetJobRequest{JobId: jobID}); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
-	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
+	p := &prober{stop: make(chan struct{}), done: make(chan struct{}), p99Max: probeP99Max}
 	go func() {
 		defer close(p.done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -192,8 +194,8 @@ func (p *prober) Stop(t *testing.T) (p50, p99 time.Duration, n int) {
 	}
 	slices.Sort(p.lat)
 	p50, p99 = p.lat[len(p.lat)/2], p.lat[len(p.lat)*99/100]
-	if p99 > probeP99Max {
-		t.Errorf("probe GetJob p99 %v (p50 %v, %d calls); want under %v", p99, p50, len(p.lat), probeP99Max)
+	if p.p99Max > 0 && p99 > p.p99Max {
+		t.Errorf("probe GetJob p99 %v (p50 %v, %d calls); want under %v", p99, p50, len(p.lat), p.p99Max)
 	}
 	return p50, p99, len(p.lat)
 }
@@ -570,32 +572,37 @@ func TestAbusePreHandshakeConnections(t *testing.T) {
 	}
 }
 
-// A worker stream that grants credits for everything and never reads,
-// against 100 jobs of 1 MB: the leases it asked for queue up for it until
-// the queue passes its hard bound (64 MB), and then the coordinator ends
-// the stream (RESOURCE_EXHAUSTED, STREAM_NOT_READING) instead of holding
-// more: its memory stays bounded and the probe stays fast. (Hello.capacity
-// is what bounds how many leases a stream may hold: the hoarder asked for
-// 10,000.)
+// A worker stream that declares lease_acks, grants credits for
+// everything and never reads, against 100 jobs of 1 MB: it is pushed no
+// more than its bound of unacknowledged leases (16 MiB here), and after
+// the ack timeout (10s) the coordinator ends the stream
+// (RESOURCE_EXHAUSTED, STREAM_NOT_ACKNOWLEDGING) and releases them: its
+// memory stays bounded and the probe stays fast. (abuse_stream_test.go
+// has 250 jobs, an old-style hoarder too, and an honest worker.)
 func TestAbuseStreamThatNeverReads(t *testing.T) {
 	const jobs, payload, rssMaxMB = 100, 1_000_000, 250
 	p, c, probeID := abuseServe(t)
 	pid := p.Cmd.Process.Pid
-	ctx := ctxT(t)
+	// The fixture, 100 MB of payloads written with fsync on, gets a
+	// deadline of its own: a loaded machine took longer than ctxT's
+	// minute for it, and it is not what the test measures.
+	fixture, cancelFixture := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancelFixture()
 	for i := range jobs {
 		body := make([]byte, payload)
 		body[0] = byte(i)
-		if _, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "hoard", Kind: "k", Payload: body}}); err != nil {
+		if _, err := c.jobs.CreateJob(fixture, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "hoard", Kind: "k", Payload: body}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	ctx := ctxT(t) // the measured part's minute starts once the jobs exist
 	rss := sampleRSS(t, pid)
 	probe := startProbe(t, p.Addr, probeID)
 	hoarder, err := newClients(p.Dial(t)).workers.Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: 10_000}
+	hello := &leaseholdv1.Hello{WorkerId: "hoarder", Queues: []string{"hoard"}, Capacity: 10_000, Features: []string{"lease_acks"}}
 	if err := hoarder.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: hello}}); err != nil {
 		t.Fatal(err)
 	}
@@ -618,8 +625,8 @@ func TestAbuseStreamThatNeverReads(t *testing.T) {
 	t.Logf("stream that never reads: %d jobs of %d bytes pushed to a stream that asked for 10,000; it was ended with %v %s "+
 		"(%d messages were in flight to it); RSS peak %.1f MB (bound %d MB); probe GetJob p50 %v p99 %v over %d calls",
 		jobs, payload, code, reason, received, peak, rssMaxMB, p50, p99, n)
-	if code != codes.ResourceExhausted || reason != "STREAM_NOT_READING" {
-		t.Errorf("the stream that never reads ended with %v; want RESOURCE_EXHAUSTED STREAM_NOT_READING", err)
+	if code != codes.ResourceExhausted || reason != "STREAM_NOT_ACKNOWLEDGING" {
+		t.Errorf("the stream that never reads ended with %v; want RESOURCE_EXHAUSTED STREAM_NOT_ACKNOWLEDGING", err)
 	}
 	if peak > rssMaxMB {
 		t.Errorf("RSS peaked at %.1f MB; want under %d MB", peak, rssMaxMB)

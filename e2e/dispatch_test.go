@@ -420,16 +420,24 @@ func TestConcurrentCreatesLoseNoWakeUpWithoutPolling(t *testing.T) {
 	wg.Wait()
 	seen := map[string]bool{}
 	deadline := time.After(20 * time.Second)
+	// Each lease is acknowledged as it arrives, as a worker does: a stream
+	// is pushed at most 64 unacknowledged leases (docs/streams.md), and an
+	// acknowledgement that makes room must not lose a wake-up either.
+	got := func(st *stream, m *leaseholdv1.ConnectResponse) {
+		if l := m.GetLease(); l != nil {
+			seen[l.GetJob().GetId()] = true
+			if err := st.s.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Ack{
+				Ack: &leaseholdv1.LeaseAck{JobIds: []string{l.GetJob().GetId()}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for len(seen) < producers*each {
 		select {
 		case m := <-streams[0].msgs:
-			if l := m.GetLease(); l != nil {
-				seen[l.GetJob().GetId()] = true
-			}
+			got(streams[0], m)
 		case m := <-streams[1].msgs:
-			if l := m.GetLease(); l != nil {
-				seen[l.GetJob().GetId()] = true
-			}
+			got(streams[1], m)
 		case <-deadline:
 			t.Fatalf("%d of %d jobs reached a stream within 20s with no polling: a wake-up was lost", len(seen), producers*each)
 		}

@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"log/slog"
+)
 
 // Sentinel errors. Engines wrap them with context (use errors.Is); driver
 // errors never escape an engine package unconverted.
@@ -47,7 +50,22 @@ var (
 	// transaction could not be serialised after retries; the call may be
 	// retried.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrUnreachable is the ErrUnavailable of a database that cannot be
+	// reached at all (refused or dropped connections, a server shutting
+	// down), as opposed to one that answered but could not serialise a
+	// transaction. It matches ErrUnavailable and reads the same; loops
+	// that retry log it at Debug, since the coordinator's readiness probe
+	// reports the outage (once when it starts, in a summary while it lasts
+	// and once when it ends).
+	ErrUnreachable error = unreachable{}
 )
+
+// unreachable is ErrUnreachable: its message is ErrUnavailable's, and
+// errors.Is matches both.
+type unreachable struct{}
+
+func (unreachable) Error() string        { return ErrUnavailable.Error() }
+func (unreachable) Is(target error) bool { return target == ErrUnavailable }
 
 // InvalidError says which field of a request is invalid and why. It matches
 // ErrInvalid with errors.Is.
@@ -71,3 +89,14 @@ func (e *notFound) Error() string { return e.what + " not found" }
 
 // Is makes errors.Is(err, ErrNotFound) true.
 func (e *notFound) Is(target error) bool { return target == ErrNotFound }
+
+// FailureLevel is the level at which a loop that retries logs a failed
+// store call: Warn, but Debug for ErrUnreachable, which the coordinator's
+// readiness probe reports instead (one line per outage rather than one per
+// attempt of every loop).
+func FailureLevel(err error) slog.Level {
+	if errors.Is(err, ErrUnreachable) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}

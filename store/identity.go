@@ -215,6 +215,11 @@ type Identities interface {
 	// ListPrincipals lists a tenant's principals, oldest first, revoked
 	// ones only when includeRevoked.
 	ListPrincipals(ctx context.Context, tenant string, includeRevoked bool) ([]Principal, error)
+	// ValidPrincipals lists the valid (unrevoked) principals of every
+	// tenant, at most limit of them, in no particular order: the
+	// coordinator authenticates from this list held in memory, so that an
+	// unknown key costs no query.
+	ValidPrincipals(ctx context.Context, limit int) ([]Principal, error)
 	// PrincipalByKeyHash finds the principal of an API key, revoked or
 	// not; ErrNotFound when there is none.
 	PrincipalByKeyHash(ctx context.Context, hash []byte) (*Principal, error)

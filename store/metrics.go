@@ -44,8 +44,10 @@ type QueueMetrics struct {
 	Dead int64
 }
 
-// QueueMetricsSnapshot is every queue's gauges at one moment. Queues
-// without queued, leased or dead jobs are absent. Order: tenant, queue.
+// QueueMetricsSnapshot is every queue's gauges at one moment: every known
+// queue (one with a policy, or with any job not yet pruned by retention),
+// all zeros when it has no queued, leased or dead job. Order: tenant,
+// queue.
 type QueueMetricsSnapshot struct {
 	Queues []QueueMetrics
 }
@@ -81,7 +83,7 @@ func (f *QueueMetricsFold) Add(tenant, queue string, state JobState, n, second i
 	case JobStateDead:
 		m.Dead += n
 	default:
-		// the terminal states but DEAD: counted nowhere (the row still makes the queue known)
+		// the other states and "known": counted nowhere (the row still makes the queue known)
 	}
 }
 

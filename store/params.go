@@ -143,6 +143,11 @@ const (
 	RenewRenewed         RenewStatus = "renewed"
 	RenewLost            RenewStatus = "lost"
 	RenewCancelRequested RenewStatus = "cancel_requested"
+	// RenewReported: the lease is gone because a report made with its own
+	// token (worker and generation) ended it — the holder's complete,
+	// retry, cancel or release, or a release the coordinator made in its
+	// name — not because it expired or another worker took the job.
+	RenewReported RenewStatus = "reported"
 )
 
 // RenewResult is the answer for one token.

@@ -484,10 +484,13 @@ func answerEnded(r, first Report, job *Job) ReportResult {
 //     on since: requeued, leased again, finished);
 //   - the same lease repeating it with another result or error:
 //     ErrReportMismatch, since the first report is the one that stands;
-//   - anything else: ErrLeaseLost.
+//   - a renewal of a lease that a report made with its own token ended
+//     (the attempt's outcome is the report's, not an expiry): RenewReported,
+//     so that a heartbeat racing the holder's own report is not taken for a
+//     lost lease;
+//   - anything else: ErrLeaseLost (RenewLost for a renewal).
 //
-// Renew and Release are never repeats: after them the answer is
-// ErrLeaseLost.
+// Release is never a repeat: after it the answer is ErrLeaseLost.
 func AnswerUnheld(r Report, job *Job, attempt *Attempt) ReportResult {
 	if job == nil {
 		return ReportResult{Err: fmt.Errorf("job %s: %w", r.Token.JobID, ErrNotFound)}
@@ -499,6 +502,12 @@ func AnswerUnheld(r Report, job *Job, attempt *Attempt) ReportResult {
 		return ReportResult{Err: fmt.Errorf("job %s generation %d: %w", r.Token.JobID, r.Token.Generation, ErrLeaseLost)}
 	}
 	if attempt == nil || attempt.WorkerID != r.Token.WorkerID || attempt.LeaseGeneration != r.Token.Generation {
+		return lost()
+	}
+	if r.Kind == ReportRenew {
+		if endedByReport(attempt.Outcome) {
+			return ReportResult{Renew: RenewResult{Token: r.Token, Status: RenewReported}}
+		}
 		return lost()
 	}
 	sameLease := job.LeaseOwner == r.Token.WorkerID && job.LeaseGeneration == r.Token.Generation
@@ -532,6 +541,18 @@ func AnswerUnheld(r Report, job *Job, attempt *Attempt) ReportResult {
 		// any other kind: answered as a lost lease, below
 	}
 	return lost()
+}
+
+// endedByReport reports whether an attempt with outcome o was ended by a
+// report made with its lease's token (complete, retry, cancel, release),
+// rather than by its lease expiring or still running.
+func endedByReport(o AttemptOutcome) bool {
+	switch o {
+	case AttemptSucceeded, AttemptFailed, AttemptCancelled, AttemptReleased:
+		return true
+	default:
+		return false
+	}
 }
 
 // Reporter implements the lease-bound methods of Store (Renew, Complete,

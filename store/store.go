@@ -155,6 +155,9 @@ type Store interface {
 	// Breakers keeps the fleet-wide circuit breakers (breaker.go).
 	Breakers
 
+	// Schedules keeps schedules and fires their ticks (schedule_store.go).
+	Schedules
+
 	// Identities keeps principals, worker id owners and the audit log
 	// (identity.go).
 	Identities

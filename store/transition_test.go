@@ -196,6 +196,42 @@ func TestAnswerUnheld(t *testing.T) {
 	}
 }
 
+// TestAnswerUnheldRenewAfterOwnReport: a heartbeat that races the
+// holder's own report (it was sent before the report's answer came back)
+// is answered RenewReported, not RenewLost: "lost" means expired,
+// reclaimed or ended by someone else.
+func TestAnswerUnheldRenewAfterOwnReport(t *testing.T) {
+	succeeded := &Job{ID: tok.JobID, State: JobStateSucceeded, LeaseOwner: tok.WorkerID, LeaseGeneration: tok.Generation}
+	requeued := &Job{ID: tok.JobID, State: JobStateQueued, LeaseOwner: tok.WorkerID, LeaseGeneration: tok.Generation}
+	reclaimed := &Job{ID: tok.JobID, State: JobStateLeased, LeaseOwner: "other", LeaseGeneration: tok.Generation + 1}
+	att := func(o AttemptOutcome) *Attempt {
+		return &Attempt{JobID: tok.JobID, LeaseGeneration: tok.Generation, WorkerID: tok.WorkerID, Outcome: o}
+	}
+	renew := Report{Kind: ReportRenew, Tenant: "t", Token: tok}
+	for _, c := range []struct {
+		name    string
+		job     *Job
+		attempt *Attempt
+		want    RenewStatus
+	}{
+		{"after its own complete", succeeded, att(AttemptSucceeded), RenewReported},
+		{"after its own retry", requeued, att(AttemptFailed), RenewReported},
+		{"after its own cancel", &Job{ID: tok.JobID, State: JobStateCancelled}, att(AttemptCancelled), RenewReported},
+		{"after its own release, the job leased again", reclaimed, att(AttemptReleased), RenewReported},
+		{"after the lease expired", requeued, att(AttemptLeaseExpired), RenewLost},
+		{"after it expired and another worker took it", reclaimed, att(AttemptLeaseExpired), RenewLost},
+		{"another worker's attempt of that generation", succeeded, &Attempt{JobID: tok.JobID, LeaseGeneration: tok.Generation, WorkerID: "other", Outcome: AttemptSucceeded}, RenewLost},
+		{"no attempt of that generation", succeeded, nil, RenewLost},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := AnswerUnheld(renew, c.job, c.attempt)
+			if got.Err != nil || got.Renew.Status != c.want || got.Renew.Token != tok {
+				t.Errorf("got %+v, want %s", got, c.want)
+			}
+		})
+	}
+}
+
 func TestValidateReport(t *testing.T) {
 	good := Report{Kind: ReportComplete, Tenant: "t", Token: tok}
 	if err := ValidateReport(good); err != nil {

@@ -23,8 +23,9 @@ import (
 // dead-letter queue, circuit breakers and workers through AdminService
 // (client_admin.go). It is safe for concurrent use.
 type Client struct {
-	jobs  leaseholdv1.JobServiceClient
-	admin leaseholdv1.AdminServiceClient
+	jobs      leaseholdv1.JobServiceClient
+	admin     leaseholdv1.AdminServiceClient
+	schedules leaseholdv1.ScheduleServiceClient
 }
 
 // NewClient returns a Client over conn (typically a *grpc.ClientConn,
@@ -33,8 +34,9 @@ type Client struct {
 // caller's trace.
 func NewClient(conn grpc.ClientConnInterface) *Client {
 	return &Client{
-		jobs:  leaseholdv1.NewJobServiceClient(conn),
-		admin: leaseholdv1.NewAdminServiceClient(conn),
+		jobs:      leaseholdv1.NewJobServiceClient(conn),
+		admin:     leaseholdv1.NewAdminServiceClient(conn),
+		schedules: leaseholdv1.NewScheduleServiceClient(conn),
 	}
 }
 

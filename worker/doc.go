@@ -37,8 +37,11 @@
 // credits only for free capacity: running handlers plus credits not yet
 // spent never exceed Config.Capacity, so the coordinator cannot push more
 // work than the worker can run. A freed slot is granted again as soon as
-// its handler's outcome is reported. Exactly one goroutine sends on the
-// stream.
+// its handler's outcome is reported. Each pushed lease is acknowledged
+// (LeaseAck) as it arrives, before its handler starts: the coordinator
+// pushes a stream only so much it has not acknowledged, and ends a stream
+// that declared acknowledgements and stops sending them (docs/streams.md).
+// Exactly one goroutine sends on the stream.
 //
 // # Heartbeats and revocation
 //

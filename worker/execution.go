@@ -86,6 +86,14 @@ func (e *execution) markCancelRequested(reason string) {
 	e.cancel(ErrCancelRequested)
 }
 
+// reporting reports whether the lease's outcome (complete, retry, cancel
+// or release) is being, or has been, published.
+func (e *execution) reporting() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.claimed || e.released
+}
+
 // heartbeatable reports whether the lease is still worth renewing.
 func (e *execution) heartbeatable() bool {
 	e.mu.Lock()

@@ -35,6 +35,11 @@ type session struct {
 	// credit (buffered, 1) tells sendLoop that free capacity may have
 	// grown; sendLoop computes and grants it.
 	credit chan struct{}
+	// acks (buffered, 1) tells sendLoop that pushed leases wait to be
+	// acknowledged: their job ids are in pendingAcks (guarded by ackMu).
+	acks        chan struct{}
+	ackMu       sync.Mutex
+	pendingAcks []string
 	// closing, closed once by closeSend, tells sendLoop to half-close the
 	// stream: the coordinator then stops pushing, flushes what it queued
 	// and ends the stream, so every lease pushed to us is received (and
@@ -122,6 +127,9 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 		Labels:     w.cfg.Labels,
 		SdkName:    sdkName,
 		SdkVersion: sdkVersion,
+		// Every pushed lease is acknowledged as it arrives (an older
+		// coordinator ignores both the feature and the acks).
+		Features: []string{featureLeaseAcks},
 	}
 	if w.cfg.LeaseDuration > 0 {
 		hello.LeaseDuration = durationpb.New(w.cfg.LeaseDuration)
@@ -150,6 +158,7 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 		cancel:  cancel,
 		sendq:   make(chan *leaseholdv1.ConnectRequest, sendQueueLen),
 		credit:  make(chan struct{}, 1),
+		acks:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
 	if w.supportsStreamReports(ctx) {
@@ -210,6 +219,11 @@ func (s *session) sendLoop() {
 			_ = s.stream.CloseSend()
 			return
 		case msg = <-s.sendq:
+		case <-s.acks:
+			msg = s.takeAcks()
+			if msg == nil {
+				continue
+			}
 		case <-s.credit:
 			n := s.w.takeCredits(s)
 			if n == 0 {
@@ -293,8 +307,10 @@ func (s *session) recvLoop() error {
 		}
 		switch m := msg.GetMsg().(type) {
 		case *leaseholdv1.ConnectResponse_Lease:
-			// No LeaseAck: it is informational, and a message per job is
-			// a cost the coordinator does not need to pay.
+			// Acknowledged at once, before it runs: the coordinator bounds
+			// what it pushes by what is acknowledged, and ends a stream
+			// that leaves a lease unacknowledged too long.
+			s.queueAck(m.Lease.GetToken().GetJobId())
 			w.onLease(s.ctx, s, m.Lease)
 		case *leaseholdv1.ConnectResponse_ReportResult:
 			s.answerReport(m.ReportResult)
@@ -327,4 +343,33 @@ func (s *session) recvLoop() error {
 			w.log.Debug("ignoring unexpected stream message", slog.String("type", fmt.Sprintf("%T", m)))
 		}
 	}
+}
+
+// featureLeaseAcks is the Hello feature of a worker that acknowledges
+// every pushed lease as it arrives.
+const featureLeaseAcks = "lease_acks"
+
+// queueAck adds a pushed lease to the next LeaseAck and wakes sendLoop.
+// Acks of leases received together go in one message.
+func (s *session) queueAck(jobID string) {
+	s.ackMu.Lock()
+	s.pendingAcks = append(s.pendingAcks, jobID)
+	s.ackMu.Unlock()
+	select {
+	case s.acks <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// takeAcks returns a LeaseAck for every lease waiting to be acknowledged,
+// nil when none is.
+func (s *session) takeAcks() *leaseholdv1.ConnectRequest {
+	s.ackMu.Lock()
+	ids := s.pendingAcks
+	s.pendingAcks = nil
+	s.ackMu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	return &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Ack{Ack: &leaseholdv1.LeaseAck{JobIds: ids}}}
 }

@@ -412,6 +412,16 @@ func (w *Worker) applyRenewals(results []*leaseholdv1.RenewResult) {
 		case leaseholdv1.RenewStatus_RENEW_STATUS_LOST:
 			w.log.Info("lease lost", slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation))
 			e.markLost()
+		case leaseholdv1.RenewStatus_RENEW_STATUS_REPORTED:
+			// A report made with this lease's token ended it: ours, sent
+			// before this heartbeat's answer came back, whose own answer
+			// says how it ended. Without a report of ours the lease is
+			// gone all the same (the coordinator released it for us).
+			if !e.reporting() {
+				w.log.Info("lease lost", slog.String("job_id", e.key.jobID), slog.Int64("generation", e.key.generation),
+					slog.String("why", "ended by a report this worker did not make"))
+				e.markLost()
+			}
 		case leaseholdv1.RenewStatus_RENEW_STATUS_CANCEL_REQUESTED:
 			e.markCancelRequested("")
 		default:

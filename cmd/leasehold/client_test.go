@@ -44,6 +44,9 @@ type harness struct {
 	srv  *testserver.Server
 	conn *grpc.ClientConn
 	env  map[string]string
+	// kubeDir is the pod's service account directory for key create
+	// --kubernetes-secret (empty: the real one).
+	kubeDir string
 }
 
 func setup(t *testing.T) *harness {
@@ -61,6 +64,8 @@ func (h *harness) cli(stdin string, stdout, stderr interface {
 		stdout: stdout,
 		stderr: stderr,
 		getenv: func(k string) string { return h.env[k] },
+
+		kubeServiceAccountDir: h.kubeDir,
 	}
 }
 

@@ -53,6 +53,7 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.dlqCommand(),
 		c.queueCommand(),
 		c.breakerCommand(),
+		c.scheduleCommand(),
 		c.workerCommand(),
 		c.keyCommand(),
 		c.auditCommand(),

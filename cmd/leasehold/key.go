@@ -35,6 +35,7 @@ type keyCreateFlags struct {
 	certCN      string
 	databaseURL string
 	sqlitePath  string
+	kubeSecret  string
 }
 
 func (c *cli) keyCreateCommand() *cobra.Command {
@@ -56,6 +57,9 @@ func (c *cli) keyCreateCommand() *cobra.Command {
 			}
 			req := &leaseholdv1.CreateApiKeyRequest{
 				Name: f.name, Role: role, Tenant: f.tenant, Queues: f.queues, CertificateCommonName: f.certCN,
+			}
+			if f.kubeSecret != "" {
+				return c.createKeyIntoSecret(cmd.Context(), &f, req)
 			}
 			if f.databaseURL != "" || f.sqlitePath != "" {
 				resp, err := c.createKeyOffline(cmd.Context(), &f, req)
@@ -81,6 +85,8 @@ func (c *cli) keyCreateCommand() *cobra.Command {
 	fs.StringVar(&f.certCN, "cert-cn", "", "create the principal of client certificates with this subject common name instead of a key")
 	fs.StringVar(&f.databaseURL, "database-url", "", "create it offline in this PostgreSQL database (migrated first)")
 	fs.StringVar(&f.sqlitePath, "sqlite-path", "", "create it offline in this SQLite file (created and migrated when needed)")
+	fs.StringVar(&f.kubeSecret, "kubernetes-secret", "", "offline, from inside a Kubernetes pod: store the key in this Secret of the pod's namespace (key "+kubeSecretKey+") instead of printing it; "+
+		"when the Secret exists, create nothing (the Helm chart's bootstrap Job)")
 	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions(roleList(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -20,6 +20,9 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	// The image is built FROM scratch, with no zoneinfo: schedules' time
+	// zones come from the tables embedded here.
+	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
 )
@@ -38,6 +41,9 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// kubeServiceAccountDir replaces kubesecret.ServiceAccountDir when set
+	// (tests).
+	kubeServiceAccountDir string
 
 	global globalFlags // set by the root command's flags
 }

@@ -76,8 +76,8 @@ func (c *cli) outboxInstallCommand() *cobra.Command {
 		},
 	}
 	c.addOutboxFlags(cmd.Flags(), &f, "database-url")
-	cmd.Flags().IntVar(&f.payloadMaxBytes, "payload-max-bytes", outbox.PayloadMaxBytesDefault,
-		"largest payload a row may hold: the coordinator's --payload-max-bytes")
+	cmd.Flags().IntVar(&f.payloadMaxBytes, "max-payload-bytes", outbox.PayloadMaxBytesDefault,
+		"largest payload a row may hold: the coordinator's --max-payload-bytes")
 	return withoutGlobalFlags(cmd)
 }
 
@@ -119,8 +119,8 @@ func (c *cli) outboxSQLCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&f.schema, "schema", envOr(c.getenv, "LEASEHOLD_OUTBOX_SCHEMA", outbox.SchemaDefault),
 		"PostgreSQL schema of the outbox tables (env LEASEHOLD_OUTBOX_SCHEMA)")
-	cmd.Flags().IntVar(&f.payloadMaxBytes, "payload-max-bytes", outbox.PayloadMaxBytesDefault,
-		"largest payload a row may hold: the coordinator's --payload-max-bytes")
+	cmd.Flags().IntVar(&f.payloadMaxBytes, "max-payload-bytes", outbox.PayloadMaxBytesDefault,
+		"largest payload a row may hold: the coordinator's --max-payload-bytes")
 	return withoutGlobalFlags(cmd)
 }
 
@@ -181,7 +181,7 @@ func (c *cli) relayCommand() *cobra.Command {
 	fs.IntVar(&f.batchSize, "batch-size", relay.BatchSizeDefault, "most rows one claim takes (at most 1000)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", relay.PollIntervalDefault, "claim this often when no notification came")
 	fs.DurationVar(&f.idempotencyWindow, "idempotency-window", relay.Config{}.WithDefaults().IdempotencyWindow,
-		"the coordinator's --idempotency-window: rows older than half of it are reported")
+		"the coordinator's idempotency window (24h unless its configuration changed it): rows older than half of it are reported")
 	fs.StringVar(&f.httpListen, "http-listen", envOr(c.getenv, "LEASEHOLD_RELAY_HTTP_LISTEN", relayHTTPListenDefault),
 		`plaintext HTTP address for /metrics, /healthz and /readyz (env LEASEHOLD_RELAY_HTTP_LISTEN); "" disables it, port 0 picks a free one`)
 	fs.StringVar(&f.logFormat, "log-format", envOr(c.getenv, "LEASEHOLD_LOG_FORMAT", logFormatText), "log format on stderr: text or json (env LEASEHOLD_LOG_FORMAT)")

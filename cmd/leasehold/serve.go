@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -63,6 +64,8 @@ type serveFlags struct {
 	security  securityFlags
 	observe   observeFlags
 	limits    limitFlags
+	// outboxRelay is the embedded relay (serve_outbox.go).
+	outboxRelay outboxRelayFlags
 }
 
 func (c *cli) serveCommand() *cobra.Command {
@@ -88,6 +91,7 @@ func (c *cli) serveCommand() *cobra.Command {
 	c.addSecurityFlags(fs, &f.security)
 	_ = cmd.RegisterFlagCompletionFunc("auth", cobra.FixedCompletions([]string{"none", "api-key", "mtls"}, cobra.ShellCompDirectiveNoFileComp))
 	c.addObserveFlags(cmd, fs, &f.observe)
+	c.addOutboxRelayFlags(fs, &f.outboxRelay)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	return withoutGlobalFlags(cmd)
 }
@@ -134,6 +138,20 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 		return err
 	}
 	defer stopHTTP()
+	// The relay's calls fail once ctx ends (their rows stay for the next
+	// start), so stopping it last, after the coordinator, loses nothing.
+	stopRelay, err := c.startOutboxRelay(ctx, log, f, lis.Addr())
+	if err != nil {
+		log.ErrorContext(ctx, "cannot start the outbox relay", slog.String("error", err.Error()))
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
+		var usage *usageError
+		if errors.As(err, &usage) {
+			return exitStatus(exitUsage)
+		}
+		return exitStatus(exitFail)
+	}
+	defer stopRelay()
 	return serveUntilDone(ctx, log, coord, lis, f.grace)
 }
 

@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/scheduler"
+	"github.com/leasehold/leasehold/store"
 )
 
 // limitFlags are serve's flags for the coordinator's limits: one flag per
@@ -16,24 +19,39 @@ import (
 // coordinator's; the coordinator's Config documents each one and
 // validates the values.
 type limitFlags struct {
+	streams              streamFlags // serve_streams.go
 	payloadMaxBytes      int
 	listPageBytes        int
 	unaryTimeout         time.Duration
 	maxConcurrentStreams uint32
 	connectionTimeout    time.Duration
 	maxConnections       int
+	maxHeaderListBytes   int
 	maxConnectionAge     time.Duration
 	maxConnectionGrace   time.Duration
 	unaryRate            float64
 	unaryBurst           int
 	streamOpenRate       float64
 	streamOpenBurst      int
+	connCallRate         float64
+	connCallBurst        int
+	addrCallRate         float64
+	addrCallBurst        int
+	connStreamRate       float64
+	connStreamBurst      int
+	addrStreamRate       float64
+	addrStreamBurst      int
+	trustedProxies       prefixList
 	maxInFlightReads     int
 	maxInFlightWrites    int
 	shedWait             time.Duration
 	watchersPerConn      int
 	watchersMax          int
+	healthWatchersPer    int
+	healthWatchersMax    int
 	overloadLogInterval  time.Duration
+	schedulesMax         int
+	schedulePoll         time.Duration
 
 	// envErr is the first LEASEHOLD_* value that did not parse, reported
 	// as a usage error when serve runs.
@@ -44,10 +62,14 @@ type limitFlags struct {
 // variables it reads.
 var limitFlagNames = []string{
 	"max-payload-bytes", "list-page-bytes", "unary-timeout", "max-concurrent-streams",
-	"connection-timeout", "max-connections", "max-connection-age", "max-connection-age-grace",
+	"connection-timeout", "max-connections", "max-header-list-bytes", "max-connection-age", "max-connection-age-grace",
 	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
+	"connection-call-rate", "connection-call-burst", "address-call-rate", "address-call-burst",
+	"connection-stream-open-rate", "connection-stream-open-burst", "address-stream-open-rate", "address-stream-open-burst",
+	"trusted-proxies",
 	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
-	"watchers-per-connection", "watchers-max", "overload-log-interval",
+	"watchers-per-connection", "watchers-max", "health-watchers-per-connection", "health-watchers-max", "overload-log-interval",
+	"max-schedules-per-tenant", "schedule-poll-interval",
 }
 
 // limitEnv is the environment variable of a limit flag.
@@ -56,6 +78,7 @@ func limitEnv(flag string) string {
 }
 
 func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
+	c.addStreamFlags(fs, f)
 	env := func(flag string) string { return " (env " + limitEnv(flag) + ")" }
 	fs.IntVar(&f.payloadMaxBytes, "max-payload-bytes", coordinator.PayloadMaxBytesDefault,
 		"largest payload, result, checkpoint state or effect result accepted, in bytes; requests may be this plus 1 MiB"+env("max-payload-bytes"))
@@ -69,6 +92,8 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"a connection that has not finished its TLS/HTTP/2 handshake in this long is closed"+env("connection-timeout"))
 	fs.IntVar(&f.maxConnections, "max-connections", coordinator.MaxConnectionsDefault,
 		"connections held at once; more wait to be accepted"+env("max-connections"))
+	fs.IntVar(&f.maxHeaderListBytes, "max-header-list-bytes", coordinator.MaxHeaderListBytesDefault,
+		"largest headers (metadata) of one call, in bytes; read before authentication"+env("max-header-list-bytes"))
 	fs.DurationVar(&f.maxConnectionAge, "max-connection-age", 0,
 		"end each connection after about this long (GOAWAY) so clients rebalance across replicas; 0 = never"+env("max-connection-age"))
 	fs.DurationVar(&f.maxConnectionGrace, "max-connection-age-grace", coordinator.MaxConnectionAgeGraceDefault,
@@ -81,6 +106,25 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"streams (Connect, WatchJob) opened a second per principal (per connection with --auth none); negative = unlimited"+env("stream-open-rate"))
 	fs.IntVar(&f.streamOpenBurst, "stream-open-burst", coordinator.StreamOpenBurstDefault,
 		"burst of stream opens above --stream-open-rate"+env("stream-open-burst"))
+	fs.Float64Var(&f.connCallRate, "connection-call-rate", coordinator.ConnectionCallRateDefault,
+		"unary calls a second per client connection, counted before authentication; negative = unlimited"+env("connection-call-rate"))
+	fs.IntVar(&f.connCallBurst, "connection-call-burst", coordinator.ConnectionCallBurstDefault,
+		"burst of unary calls above --connection-call-rate"+env("connection-call-burst"))
+	fs.Float64Var(&f.addrCallRate, "address-call-rate", coordinator.AddressCallRateDefault,
+		"unary calls a second per remote address (see --trusted-proxies), counted before authentication; negative = unlimited"+env("address-call-rate"))
+	fs.IntVar(&f.addrCallBurst, "address-call-burst", coordinator.AddressCallBurstDefault,
+		"burst of unary calls above --address-call-rate"+env("address-call-burst"))
+	fs.Float64Var(&f.connStreamRate, "connection-stream-open-rate", coordinator.ConnectionStreamOpenRateDefault,
+		"streams opened a second per client connection, counted before authentication; negative = unlimited"+env("connection-stream-open-rate"))
+	fs.IntVar(&f.connStreamBurst, "connection-stream-open-burst", coordinator.ConnectionStreamOpenBurstDefault,
+		"burst of stream opens above --connection-stream-open-rate"+env("connection-stream-open-burst"))
+	fs.Float64Var(&f.addrStreamRate, "address-stream-open-rate", coordinator.AddressStreamOpenRateDefault,
+		"streams opened a second per remote address, counted before authentication; negative = unlimited"+env("address-stream-open-rate"))
+	fs.IntVar(&f.addrStreamBurst, "address-stream-open-burst", coordinator.AddressStreamOpenBurstDefault,
+		"burst of stream opens above --address-stream-open-rate"+env("address-stream-open-burst"))
+	fs.Var(&f.trustedProxies, "trusted-proxies",
+		"comma-separated networks (CIDR or address) of proxies whose x-forwarded-for is believed for the per-address limits; "+
+			"empty = always the peer's address"+env("trusted-proxies"))
 	fs.IntVar(&f.maxInFlightReads, "max-in-flight-reads", coordinator.MaxInFlightReadsDefault,
 		"reads (Get*, List*) doing store work at once; more wait --shed-wait, then are refused OVERLOADED"+env("max-in-flight-reads"))
 	fs.IntVar(&f.maxInFlightWrites, "max-in-flight-writes", coordinator.MaxInFlightWritesDefault,
@@ -91,8 +135,16 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"WatchJob streams per client connection"+env("watchers-per-connection"))
 	fs.IntVar(&f.watchersMax, "watchers-max", coordinator.WatchersMaxDefault,
 		"WatchJob streams per coordinator"+env("watchers-max"))
+	fs.IntVar(&f.healthWatchersPer, "health-watchers-per-connection", coordinator.HealthWatchersPerConnectionMaxDefault,
+		"grpc.health.v1 Watch streams per client connection (no credentials needed; Check is not limited)"+env("health-watchers-per-connection"))
+	fs.IntVar(&f.healthWatchersMax, "health-watchers-max", coordinator.HealthWatchersMaxDefault,
+		"grpc.health.v1 Watch streams per coordinator"+env("health-watchers-max"))
 	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
 		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
+	fs.IntVar(&f.schedulesMax, "max-schedules-per-tenant", store.ScheduleLimitDefault,
+		"schedules one tenant may have"+env("max-schedules-per-tenant"))
+	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
+		"how often this coordinator looks for due schedules; negative = it fires none (others still do)"+env("schedule-poll-interval"))
 	for _, name := range limitFlagNames {
 		if v := c.getenv(limitEnv(name)); v != "" {
 			if err := fs.Set(name, v); err != nil && f.envErr == nil {
@@ -104,22 +156,72 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 
 // apply copies the limits into cfg.
 func (f *limitFlags) apply(cfg *coordinator.Config) {
+	f.streams.apply(cfg)
 	cfg.PayloadMaxBytes = f.payloadMaxBytes
 	cfg.ListPageBytes = f.listPageBytes
 	cfg.UnaryTimeout = f.unaryTimeout
 	cfg.MaxConcurrentStreams = f.maxConcurrentStreams
 	cfg.ConnectionTimeout = f.connectionTimeout
 	cfg.MaxConnections = f.maxConnections
+	cfg.MaxHeaderListBytes = f.maxHeaderListBytes
 	cfg.MaxConnectionAge = f.maxConnectionAge
 	cfg.MaxConnectionAgeGrace = f.maxConnectionGrace
 	cfg.UnaryRate = f.unaryRate
 	cfg.UnaryBurst = f.unaryBurst
 	cfg.StreamOpenRate = f.streamOpenRate
 	cfg.StreamOpenBurst = f.streamOpenBurst
+	cfg.ConnectionCallRate = f.connCallRate
+	cfg.ConnectionCallBurst = f.connCallBurst
+	cfg.AddressCallRate = f.addrCallRate
+	cfg.AddressCallBurst = f.addrCallBurst
+	cfg.ConnectionStreamOpenRate = f.connStreamRate
+	cfg.ConnectionStreamOpenBurst = f.connStreamBurst
+	cfg.AddressStreamOpenRate = f.addrStreamRate
+	cfg.AddressStreamOpenBurst = f.addrStreamBurst
+	cfg.TrustedProxies = f.trustedProxies
 	cfg.MaxInFlightReads = f.maxInFlightReads
 	cfg.MaxInFlightWrites = f.maxInFlightWrites
 	cfg.ShedWait = f.shedWait
 	cfg.WatchersPerConnectionMax = f.watchersPerConn
 	cfg.WatchersMax = f.watchersMax
+	cfg.HealthWatchersPerConnectionMax = f.healthWatchersPer
+	cfg.HealthWatchersMax = f.healthWatchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
+	cfg.SchedulesPerTenantMax = f.schedulesMax
+	cfg.SchedulePollInterval = f.schedulePoll
 }
+
+// prefixList is a flag of comma-separated networks: CIDRs, or single
+// addresses (a /32 or /128).
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	parts := make([]string, 0, len(*l))
+	for _, p := range *l {
+		parts = append(parts, p.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	var out prefixList
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(part); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil {
+			return fmt.Errorf("%q is neither a CIDR network nor an address", part)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	*l = out
+	return nil
+}
+
+func (l *prefixList) Type() string { return "networks" }

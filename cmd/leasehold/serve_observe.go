@@ -68,9 +68,20 @@ func logHandler(format string, w io.Writer, level slog.Level) (slog.Handler, err
 	case logFormatText:
 		return slog.NewTextHandler(w, opts), nil
 	case logFormatJSON:
+		opts.ReplaceAttr = durationAsString
 		return slog.NewJSONHandler(w, opts), nil
 	}
 	return nil, usagef("--log-format %q: use text or json", format)
+}
+
+// durationAsString writes a duration as Go's string ("1.5s", "250ms"), the
+// form the text log and the flags use, instead of the JSON handler's
+// integer nanoseconds.
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // startTelemetry sets up telemetry from the OTEL_* environment (and the

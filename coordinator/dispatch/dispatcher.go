@@ -92,6 +92,10 @@ type Waiter struct {
 	// Held, when set, is how many leases the waiter holds now: with its
 	// credits, never more than Capacity.
 	Held func() int
+	// Room, when set, caps how many more leases the waiter may be pushed
+	// now (a stream's room under its bound of unacknowledged leases);
+	// call Ready when it grows from zero.
+	Room func() int
 	// Backlogged, when set, reports that the waiter is not taking what it
 	// was sent (a stream whose pushes are not being read): no claim is
 	// made for it meanwhile. Call Ready when it drains.
@@ -199,12 +203,16 @@ func (d *Dispatcher) creditCap(w *Waiter) int {
 // ask is how many leases a claim may bring w now: its credits, but never
 // more than its capacity less the leases it holds. A credit granted while
 // an earlier lease is still held (its report on the way) is kept for the
-// round after the report. d.mu held (Held takes the waiter owner's lock,
-// which is always taken after d.mu).
+// round after the report, and never more than its Room. d.mu held (Held
+// and Room take the waiter owner's lock, which is always taken after
+// d.mu).
 func (d *Dispatcher) ask(w *Waiter) int {
 	n := min(w.credits, store.BatchMaxItems)
 	if w.Held != nil && w.Capacity > 0 {
 		n = min(n, w.Capacity-w.Held())
+	}
+	if w.Room != nil && n > 0 {
+		n = min(n, w.Room())
 	}
 	return max(n, 0)
 }
@@ -496,7 +504,7 @@ func (d *Dispatcher) claimLayer(ctx context.Context, g *group, ws []*Waiter) int
 	if len(asks) > 0 {
 		jobs, err = d.cfg.Store.ClaimMany(ctx, store.ClaimManyParams{Tenant: g.tenant, Queues: g.queues, Waiters: asks, Now: d.now()})
 		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "dispatch claim failed; the next wake-up or poll retries",
+			d.log.Log(ctx, store.FailureLevel(err), "dispatch claim failed; the next wake-up or poll retries",
 				slog.String("tenant", g.tenant), slog.Int("waiters", len(asks)), slog.String("error", err.Error()))
 		}
 	}
@@ -599,7 +607,7 @@ func (d *Dispatcher) listen(ctx context.Context, n store.JobNotifier) {
 	for ctx.Err() == nil {
 		ch, err := n.SubscribeJobs(ctx)
 		if err != nil {
-			d.log.WarnContext(ctx, "job notifications unavailable; polling only until resubscribed",
+			d.log.Log(ctx, store.FailureLevel(err), "job notifications unavailable; polling only until resubscribed",
 				slog.String("error", err.Error()))
 		} else {
 			for ref := range ch {

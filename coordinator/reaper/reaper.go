@@ -161,7 +161,7 @@ func (r *Reaper) runOnce(ctx context.Context) time.Duration {
 		res, err := r.cfg.Store.ReapExpired(ctx, store.ReapParams{Limit: r.cfg.Batch, Now: r.storeNow()})
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.WarnContext(ctx, "reaping expired leases failed; retrying", slog.String("error", err.Error()))
+				r.log.Log(ctx, store.FailureLevel(err), "reaping expired leases failed; retrying", slog.String("error", err.Error()))
 			}
 			return r.cfg.RetryDelay
 		}

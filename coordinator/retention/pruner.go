@@ -71,7 +71,7 @@ func (p *Pruner) Start(ctx context.Context) {
 		defer t.Stop()
 		for {
 			if _, err := p.runOnce(ctx); err != nil && ctx.Err() == nil {
-				p.log.WarnContext(ctx, "retention pass failed; retrying next interval", slog.String("error", err.Error()))
+				p.log.Log(ctx, store.FailureLevel(err), "retention pass failed; retrying next interval", slog.String("error", err.Error()))
 			}
 			select {
 			case <-ctx.Done():

@@ -44,6 +44,8 @@ type setupOptions struct {
 	postgres bool
 	// clock, when set, is the coordinator's clock (Config.Now).
 	clock *fakeClock
+	// configure, when set, changes the coordinator's config further.
+	configure func(*coordinator.Config)
 }
 
 func setup(t *testing.T, o setupOptions) *harness {
@@ -53,6 +55,15 @@ func setup(t *testing.T, o setupOptions) *harness {
 		// The reaper looks often: the clock jumps past expiries it was not
 		// told of.
 		opts.Configure = func(c *coordinator.Config) { c.Now, c.ReapIntervalMax = o.clock.Now, 20*time.Millisecond }
+	}
+	if o.configure != nil {
+		prev := opts.Configure
+		opts.Configure = func(c *coordinator.Config) {
+			if prev != nil {
+				prev(c)
+			}
+			o.configure(c)
+		}
 	}
 	srv := testserver.Start(t, opts)
 	// Reconnect quickly after a coordinator restart: grpc's default
@@ -201,8 +212,10 @@ type recordingConn struct {
 	// legacy makes GetVersion answer UNIMPLEMENTED, as an older
 	// coordinator without stream reports would.
 	legacy atomic.Bool
-	mu     sync.Mutex
-	calls  []recordedCall
+	// connects counts the Connect streams opened.
+	connects atomic.Int32
+	mu       sync.Mutex
+	calls    []recordedCall
 }
 
 type recordedCall struct {
@@ -229,6 +242,9 @@ func (c *recordingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, me
 	cs, err := c.ClientConnInterface.NewStream(ctx, desc, method, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if method == leaseholdv1.WorkerService_Connect_FullMethodName {
+		c.connects.Add(1)
 	}
 	return &recordingStream{ClientStream: cs, c: c}, nil
 }

@@ -14,7 +14,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -343,6 +345,59 @@ func TestWorkerReconnectsAfterCoordinatorRestart(t *testing.T) {
 	after := h.create("q", "echo", "after")
 	if final := h.waitFinal(after.GetId()); final.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || string(final.GetResult()) != "after" {
 		t.Fatalf("job after restart ended %s with %q", final.GetState(), final.GetResult())
+	}
+}
+
+// With --max-connection-age (the chart's default) the coordinator ends
+// every connection after a while and the worker reconnects: a job running
+// across several reconnects keeps its lease (renewed past its duration)
+// and completes on its first attempt.
+func TestWorkerLeasesSurviveConnectionAge(t *testing.T) {
+	t.Parallel()
+	serverLog := &testlog.Buffer{}
+	h := setup(t, setupOptions{postgres: true, configure: func(c *coordinator.Config) {
+		c.MaxConnectionAge = time.Second
+		c.MaxConnectionAgeGrace = 300 * time.Millisecond
+		c.Logger = serverLog.Logger(slog.LevelInfo)
+	}})
+	job := h.create("q", "long", "x")
+
+	started := make(chan struct{})
+	finish := make(chan struct{})
+	h.start(worker.Config{Queues: []string{"q"}, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, LeaseDuration: 2 * time.Second},
+		func(w *worker.Worker) {
+			w.Handle("long", func(ctx context.Context, j *worker.Job) ([]byte, error) {
+				close(started)
+				select {
+				case <-finish:
+					return []byte("kept"), nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			})
+		})
+	recv(t, started, "the job to start")
+	first := h.rec.connects.Load()
+	// Three more streams: the job has run through at least two aged-out
+	// connections and longer than its 2s lease.
+	deadline := time.Now().Add(waitTimeout)
+	for h.rec.connects.Load() < first+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker opened %d streams in %s; want %d (connections age out after 1s)", h.rec.connects.Load(), waitTimeout, first+3)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(finish)
+	final := h.waitFinal(job.GetId())
+	if final.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || string(final.GetResult()) != "kept" || final.GetAttempts() != 1 {
+		t.Fatalf("job ended %s with %q after %d attempts; want SUCCEEDED, \"kept\", 1 attempt (its lease survived the reconnects)",
+			final.GetState(), final.GetResult(), final.GetAttempts())
+	}
+	// An aged-out stream is routine: no Warn per worker per connection age.
+	for line := range strings.Lines(serverLog.String()) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			t.Errorf("the coordinator logged an aged-out stream above Info: %s", line)
+		}
 	}
 }
 

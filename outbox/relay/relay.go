@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgxlisten"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -52,6 +53,15 @@ const (
 	// finishTimeout bounds the DELETE and COMMIT after a successful call,
 	// which run even when the relay is stopping (see finish).
 	finishTimeout = 30 * time.Second
+	// recvMsgMax bounds a BatchCreateJobs answer. The coordinator echoes
+	// each job with its payload, so an answer is about as large as its
+	// request, and a request may carry one row of up to the store's
+	// payload limit: gRPC's default 4 MiB would refuse the answer to such
+	// a row on every retry.
+	recvMsgMax = 2*store.PayloadMaxBytes + 4<<20
+	// stopGrace bounds how long a round in flight at Stop may take to
+	// finish.
+	stopGrace = 10 * time.Second
 	// listenReconnectDelay is the wait before the LISTEN connection is
 	// opened again after it dropped.
 	listenReconnectDelay = time.Second
@@ -207,7 +217,7 @@ func (r *Relay) Start(ctx context.Context) {
 }
 
 // Healthy reports whether the relay works: its last round succeeded, and
-// recently (within two poll intervals plus a call timeout).
+// recently (within two poll intervals plus the time a round may take).
 func (r *Relay) Healthy() error {
 	if p := r.lastErr.Load(); p != nil {
 		return *p
@@ -225,17 +235,39 @@ func (r *Relay) Healthy() error {
 // work is one claim loop: a round at once, then one per wake-up or poll;
 // a full claim is followed by another at once, a failed one by a backoff.
 func (r *Relay) work(ctx context.Context, i int) {
+	// A round in flight when ctx ends (Stop, SIGTERM) may finish within
+	// stopGrace: its jobs may exist already, and deleting its rows now
+	// spares the next relay a replay. Past that it is cancelled; its rows
+	// stay and are sent again, idempotently.
+	roundCtx, cancelRound := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRound()
+	stopAfter := context.AfterFunc(ctx, func() {
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancelRound()
+		case <-roundCtx.Done(): // the worker has returned
+		}
+	})
+	defer stopAfter()
 	backoff := time.Duration(0)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		wake := r.wake[i]
+		if backoff > 0 {
+			// Backing off: notifications (every insert sends one) must
+			// not turn the backoff into a retry per insert.
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.wake[i]:
+		case <-wake:
 		case <-timer.C:
 		}
-		res, err := r.RunOnce(ctx)
+		res, err := r.RunOnce(roundCtx)
 		next := r.cfg.PollInterval
 		switch {
 		case ctx.Err() != nil:
@@ -425,7 +457,8 @@ func (r *Relay) call(ctx context.Context, items []*item) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	resp, err := r.cfg.Client.BatchCreateJobs(cctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs})
+	resp, err := r.cfg.Client.BatchCreateJobs(cctx, &leaseholdv1.BatchCreateJobsRequest{Requests: reqs},
+		grpc.MaxCallRecvMsgSize(recvMsgMax))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -286,5 +288,118 @@ func TestStaleRowsAreCounted(t *testing.T) {
 	}
 	if s.Depth != 3 || s.Stale != 1 || s.Oldest < 89*time.Minute || s.Oldest > 2*time.Hour {
 		t.Fatalf("stats = %+v, want depth 3, 1 stale, oldest about 90m", s)
+	}
+}
+
+// The coordinator echoes each job, payload included, so the answer to a
+// row with a large payload is larger than gRPC's default 4 MiB receive
+// limit; the relay must accept it, or the row would be retried for ever.
+func TestLargePayloadsAreRelayed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *coordinator.Config) { c.PayloadMaxBytes = 6 << 20 })
+	ctx := ctxT(t, 2*time.Minute)
+	if _, err := e.pool.Exec(ctx, `ALTER TABLE `+e.schema+`.outbox DROP CONSTRAINT outbox_payload_check`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.outbox (queue, kind, payload) VALUES ('large', 'k', $1)`, make([]byte, 5<<20)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.relay(t, relay.Config{})
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Relayed != 1 {
+		t.Fatalf("round: %+v, %v", res, err)
+	}
+}
+
+// countingClient passes calls on to the real coordinator and records the
+// size of each BatchCreateJobs request.
+type countingClient struct {
+	leaseholdv1.JobServiceClient
+	mu    sync.Mutex
+	sizes []int // guarded by mu
+}
+
+func (c *countingClient) BatchCreateJobs(ctx context.Context, req *leaseholdv1.BatchCreateJobsRequest, opts ...grpc.CallOption) (*leaseholdv1.BatchCreateJobsResponse, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, proto.Size(req))
+	c.mu.Unlock()
+	return c.JobServiceClient.BatchCreateJobs(ctx, req, opts...)
+}
+
+// A claim is sent in calls of at most CallBytesMax encoded bytes.
+func TestCallsAreBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.schema+`.outbox (queue, kind, payload)
+		SELECT 'bytes', 'k', convert_to(repeat('x', 500) || g, 'UTF8') FROM generate_series(1, 40) g`); err != nil {
+		t.Fatal(err)
+	}
+	cc := &countingClient{JobServiceClient: e.client}
+	r, err := relay.New(relay.Config{Source: e.pool, Client: cc, Schema: e.schema, CallBytesMax: 4096, Logger: testlog.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.RunOnce(ctx)
+	if err != nil || res.Relayed != 40 {
+		t.Fatalf("round: %+v, %v", res, err)
+	}
+	if len(cc.sizes) < 40*500/4096 {
+		t.Fatalf("%d calls for 40 rows of 500+ bytes within 4096 bytes each", len(cc.sizes))
+	}
+	for _, s := range cc.sizes {
+		if s > 4096 {
+			t.Fatalf("a call of %d bytes; sizes %v", s, cc.sizes)
+		}
+	}
+	if got := e.count(ctx, t, `SELECT count(*) FROM jobs WHERE queue = 'bytes'`); got != 40 {
+		t.Fatalf("jobs = %d, want 40", got)
+	}
+}
+
+// Stop lets the round in flight finish: its jobs are created and its rows
+// deleted, so the next relay has nothing to replay.
+func TestStopFinishesTheRoundInFlight(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := ctxT(t, time.Minute)
+	e.enqueue(ctx, t, "stopping", "", 20)
+	lock, err := e.coord.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released however the test ends, before the coordinator stops.
+	t.Cleanup(func() { _ = lock.Rollback(context.WithoutCancel(ctx)) })
+	if _, err := lock.Exec(ctx, `LOCK TABLE jobs IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.relay(t, relay.Config{Workers: 1})
+	r.Start(ctx)
+	waitFor(ctx, t, "the rows claimed", func() bool { // the call waits on the lock
+		var free int
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+e.schema+`.outbox FOR UPDATE SKIP LOCKED) f`).Scan(&free)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return free == 0
+	})
+	stopped := make(chan struct{})
+	go func() { r.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a round was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+	if d := e.depth(ctx, t); d != 0 {
+		t.Fatalf("outbox depth after Stop = %d, want 0", d)
+	}
+	if got := e.count(ctx, t, `SELECT count(*) FROM jobs WHERE queue = 'stopping'`); got != 20 {
+		t.Fatalf("jobs = %d, want 20", got)
 	}
 }

@@ -88,7 +88,7 @@ func interpretError(err error) error {
 			return fmt.Errorf("%w: query cancelled by the server (SQLSTATE %s)", store.ErrUnavailable, pgErr.Code)
 		case pgErr.Code == codeAdminShutdown || pgErr.Code == codeCrashShutdown || pgErr.Code == codeCannotConnectNow,
 			strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"):
-			return fmt.Errorf("%w: database is not accepting work (SQLSTATE %s); retry the call", store.ErrUnavailable, pgErr.Code)
+			return fmt.Errorf("%w: database is not accepting work (SQLSTATE %s); retry the call", store.ErrUnreachable, pgErr.Code)
 		case pgErr.Code == codeUniqueViolation:
 			return fmt.Errorf("row already exists (constraint %s, SQLSTATE %s)", pgErr.ConstraintName, pgErr.Code)
 		}
@@ -100,11 +100,11 @@ func interpretError(err error) error {
 	var netErr net.Error
 	switch {
 	case errors.As(err, &connErr):
-		return fmt.Errorf("%w: cannot connect to PostgreSQL; check that it is running and reachable", store.ErrUnavailable)
+		return fmt.Errorf("%w: cannot connect to PostgreSQL; check that it is running and reachable", store.ErrUnreachable)
 	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		pgconn.SafeToRetry(err), pgconn.Timeout(err), strings.Contains(err.Error(), "closed pool"),
 		strings.Contains(err.Error(), "conn closed"):
-		return fmt.Errorf("%w: connection to PostgreSQL failed; retry the call", store.ErrUnavailable)
+		return fmt.Errorf("%w: connection to PostgreSQL failed; retry the call", store.ErrUnreachable)
 	}
 	return fmt.Errorf("database error: %s", redact(err.Error()))
 }

@@ -32,6 +32,10 @@ const qListPrincipals = `
 	WHERE tenant = $1 AND ($2 OR revoked_at IS NULL)
 	ORDER BY created_at, id`
 
+// qValidPrincipals lists the valid principals of every tenant.
+const qValidPrincipals = `
+	SELECT ` + principalColumns + ` FROM principals WHERE revoked_at IS NULL LIMIT $1`
+
 // qPrincipalByKeyHash finds an API key's principal in any tenant.
 const qPrincipalByKeyHash = `SELECT ` + principalColumns + ` FROM principals WHERE key_hash = $1`
 
@@ -210,6 +214,23 @@ func (s *Store) ListPrincipals(ctx context.Context, tenant string, includeRevoke
 	ps, err := collect(rows, scanPrincipal)
 	if err != nil {
 		return nil, s.readError(ctx, "list_principals", err)
+	}
+	out := make([]store.Principal, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, *p)
+	}
+	return out, nil
+}
+
+// ValidPrincipals implements store.Identities.
+func (s *Store) ValidPrincipals(ctx context.Context, limit int) ([]store.Principal, error) {
+	rows, err := s.pool.Query(ctx, qValidPrincipals, max(limit, 0))
+	if err != nil {
+		return nil, s.readError(ctx, "valid_principals", err)
+	}
+	ps, err := collect(rows, scanPrincipal)
+	if err != nil {
+		return nil, s.readError(ctx, "valid_principals", err)
 	}
 	out := make([]store.Principal, 0, len(ps))
 	for _, p := range ps {

@@ -16,7 +16,20 @@ import (
 // jobs the second count is the available ones and the lag the age of the
 // oldest available; for leased jobs the second count is the expired
 // leases. $1 is the optional now.
-const qQueueMetrics = `WITH clock AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
+//
+// The last two branches make every known queue a row (state 'known', all
+// zeros) so that its gauges read 0 instead of disappearing when it
+// empties: the queues with a policy, and the queues with any job left in
+// the table (finished ones until retention prunes them), found by a loose
+// index scan of jobs_queue_state_idx, one probe per queue.
+const qQueueMetrics = `WITH RECURSIVE clock AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
+known AS (
+    (SELECT tenant, queue FROM jobs ORDER BY tenant, queue LIMIT 1)
+    UNION ALL
+    SELECT n.tenant, n.queue FROM known k, LATERAL (
+        SELECT tenant, queue FROM jobs WHERE (tenant, queue) > (k.tenant, k.queue)
+        ORDER BY tenant, queue LIMIT 1) n
+)
 SELECT tenant, queue, 'queued', count(*),
        count(*) FILTER (WHERE available_at <= (SELECT now FROM clock)),
        coalesce((extract(epoch FROM (SELECT now FROM clock)
@@ -28,7 +41,11 @@ SELECT tenant, queue, 'leased', count(*),
 FROM jobs WHERE state = 'leased' GROUP BY tenant, queue
 UNION ALL
 SELECT tenant, queue, 'dead', count(*), 0, 0
-FROM jobs WHERE state = 'dead' AND NOT abandoned GROUP BY tenant, queue`
+FROM jobs WHERE state = 'dead' AND NOT abandoned GROUP BY tenant, queue
+UNION ALL
+SELECT tenant, queue, 'known', 0, 0, 0 FROM known
+UNION ALL
+SELECT tenant, queue, 'known', 0, 0, 0 FROM queue_policies`
 
 // QueueMetrics implements store.Store.
 func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*store.QueueMetricsSnapshot, error) {

@@ -259,6 +259,9 @@ type listener struct {
 	// failing is whether the connection is down and that was logged.
 	// Only the Listen goroutine (which calls every hook) touches it.
 	failing bool
+	// quiet is whether that outage was the database's (logged at Debug,
+	// since the readiness probe reports it), so its end is Debug too.
+	quiet bool
 }
 
 var (
@@ -308,7 +311,11 @@ func (l *listener) HandleBacklog(ctx context.Context, _ string, _ *pgx.Conn) err
 	case <-l.listening:
 		if l.failing {
 			l.failing = false
-			l.log.InfoContext(ctx, "job notification listener is listening again")
+			level := slog.LevelInfo
+			if l.quiet {
+				level = slog.LevelDebug
+			}
+			l.log.Log(ctx, level, "job notification listener is listening again")
 			l.signalLost()
 		}
 	default:
@@ -376,7 +383,12 @@ func (l *listener) logError(ctx context.Context, err error) {
 	}
 	if !l.failing {
 		l.failing = true
-		l.log.WarnContext(ctx, "job notification listener lost its connection; reconnecting",
+		l.quiet = errors.Is(interpretError(err), store.ErrUnreachable)
+		level := slog.LevelWarn
+		if l.quiet {
+			level = slog.LevelDebug // the database is down: the readiness probe reports it
+		}
+		l.log.Log(ctx, level, "job notification listener lost its connection; reconnecting",
 			slog.Any("error", interpretError(err)), slog.Duration("retry_in", listenReconnectDelay))
 		return
 	}

@@ -220,9 +220,7 @@ func (s *Store) retryTx(ctx context.Context, op string, run func() error) error 
 		return nil
 	}
 	out := interpretError(err)
-	if !isDomainError(out) {
-		s.logger.WarnContext(ctx, "store transaction failed", slog.String("op", op), slog.Any("error", err))
-	}
+	s.logFailure(ctx, "store transaction failed", op, err, out)
 	return out
 }
 
@@ -264,10 +262,21 @@ func (e *hookError) Unwrap() error { return e.err }
 // unexpected ones.
 func (s *Store) readError(ctx context.Context, op string, err error) error {
 	out := interpretError(err)
-	if !isDomainError(out) {
-		s.logger.WarnContext(ctx, "store read failed", slog.String("op", op), slog.Any("error", err))
-	}
+	s.logFailure(ctx, "store read failed", op, err, out)
 	return out
+}
+
+// logFailure logs an unexpected failure of op at Warn, and an unreachable
+// database at Debug: every loop would otherwise log each of its attempts
+// through an outage, which the coordinator's readiness probe reports once.
+func (s *Store) logFailure(ctx context.Context, msg, op string, err, out error) {
+	switch {
+	case isDomainError(out):
+	case errors.Is(out, store.ErrUnreachable):
+		s.logger.DebugContext(ctx, msg, slog.String("op", op), slog.Any("error", err))
+	default:
+		s.logger.WarnContext(ctx, msg, slog.String("op", op), slog.Any("error", err))
+	}
 }
 
 // isDomainError reports whether err is an expected answer (a sentinel, a
@@ -277,6 +286,7 @@ func isDomainError(err error) bool {
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrIdempotencyConflict,
 		store.ErrInvalid, store.ErrAlreadyFinal, store.ErrNotDead,
 		store.ErrAbandoned, store.ErrAlreadyReplayed, store.ErrReportMismatch, store.ErrAlreadyExists,
+		store.ErrScheduleLimit,
 		context.Canceled, context.DeadlineExceeded,
 	} {
 		if errors.Is(err, target) {

@@ -33,6 +33,10 @@ SELECT ` + principalColumns + ` FROM principals
 WHERE tenant = ?1 AND (?2 OR revoked_at IS NULL)
 ORDER BY created_at, id`
 
+// qValidPrincipals lists the valid principals of every tenant.
+const qValidPrincipals = `
+	SELECT ` + principalColumns + ` FROM principals WHERE revoked_at IS NULL LIMIT ?1`
+
 // qPrincipalByKeyHash finds an API key's principal in any tenant.
 const qPrincipalByKeyHash = `SELECT ` + principalColumns + ` FROM principals WHERE key_hash = ?1`
 
@@ -214,6 +218,30 @@ func (s *Store) ListPrincipals(ctx context.Context, tenant string, includeRevoke
 	var out []store.Principal
 	err := s.read(ctx, "list principals", func(tx *preparedTx) error {
 		rows, err := tx.QueryContext(ctx, qListPrincipals, tenant, includeRevoked)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			p, err := scanPrincipal(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, *p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ValidPrincipals implements store.Identities.
+func (s *Store) ValidPrincipals(ctx context.Context, limit int) ([]store.Principal, error) {
+	var out []store.Principal
+	err := s.read(ctx, "valid principals", func(tx *preparedTx) error {
+		rows, err := tx.QueryContext(ctx, qValidPrincipals, max(limit, 0))
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,11 @@ import (
 // queued jobs the second count is the available ones and the lag the age
 // of the oldest available; for leased jobs the second count is the expired
 // leases. ?1 is now in microseconds.
+//
+// The last two branches make every known queue a row (state 'known', all
+// zeros) so that its gauges read 0 instead of disappearing when it
+// empties: the queues with a policy, and the queues with any job left in
+// the table (finished ones until retention prunes them).
 const qQueueMetrics = `
 SELECT tenant, queue, 'queued', count(*), coalesce(sum(available_at <= ?1), 0),
        coalesce(?1 - min(CASE WHEN available_at <= ?1 THEN available_at END), 0)
@@ -22,7 +27,11 @@ SELECT tenant, queue, 'leased', count(*), coalesce(sum(lease_expires_at <= ?1), 
 FROM jobs WHERE state = 'leased' GROUP BY tenant, queue
 UNION ALL
 SELECT tenant, queue, 'dead', count(*), 0, 0
-FROM jobs WHERE state = 'dead' AND abandoned = 0 GROUP BY tenant, queue`
+FROM jobs WHERE state = 'dead' AND abandoned = 0 GROUP BY tenant, queue
+UNION ALL
+SELECT DISTINCT tenant, queue, 'known', 0, 0, 0 FROM jobs
+UNION ALL
+SELECT tenant, queue, 'known', 0, 0, 0 FROM queue_policies`
 
 // QueueMetrics implements store.Store.
 func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*store.QueueMetricsSnapshot, error) {

@@ -16,6 +16,7 @@ func batchTests() group {
 	return group{name: "Batch", cases: []testCase{
 		{"a batch with mixed outcomes answers each report as if it ran alone", testBatchMixedOutcomes},
 		{"reports of one job in one batch are judged in order", testBatchSameJobInOrder},
+		{"a renewal after the holder's own report is answered reported, not lost", testRenewAfterOwnReport},
 		{"a repeated report with another result or error is refused", testBatchReportMismatch},
 		{"a failed commit fails every report of the batch and applies none", testBatchFailedCommit},
 		{"concurrent callers share commits while a flush is in flight", testBatchSharesCommits},
@@ -149,8 +150,9 @@ func testBatchSameJobInOrder(t *testing.T, h Harness) {
 	c := e.batchJobs("order", workerA, 3, base)
 	now := at(5 * time.Second)
 	res := e.apply(
-		// Job 0: renewed, then completed, then renewed again (lost), then
-		// cancelled by the holder (lost: the complete won).
+		// Job 0: renewed, then completed, then renewed again (reported:
+		// the holder's own complete ended it), then cancelled by the
+		// holder (lost: the complete won).
 		store.Report{Kind: store.ReportRenew, Tenant: tenantA, Token: c[0].Token, LeaseDuration: time.Minute, Now: now},
 		store.Report{Kind: store.ReportComplete, Tenant: tenantA, Token: c[0].Token, Now: now},
 		store.Report{Kind: store.ReportRenew, Tenant: tenantA, Token: c[0].Token, Now: now},
@@ -168,8 +170,8 @@ func testBatchSameJobInOrder(t *testing.T, h Harness) {
 	if j := res[1].Job; res[1].Err != nil || j.State != store.JobStateSucceeded {
 		t.Errorf("complete after renew: %+v", res[1])
 	}
-	if r := res[2]; r.Err != nil || r.Renew.Status != store.RenewLost {
-		t.Errorf("renew after complete: %+v, want lost", r)
+	if r := res[2]; r.Err != nil || r.Renew.Status != store.RenewReported {
+		t.Errorf("renew after complete: %+v, want reported", r)
 	}
 	wantErr(t, res[3].Err, store.ErrLeaseLost, "holder cancel after complete")
 	if j := res[4].Job; res[4].Err != nil || j.State != store.JobStateCancelled {
@@ -454,5 +456,50 @@ func testCreatesShareCommits(t *testing.T, h Harness) {
 	jobs := e.allJobs(store.ListJobsParams{Tenant: tenantA, Queue: "creates", Limit: 100})
 	if len(jobs) != 5 {
 		t.Errorf("%d jobs, want 5 (taken, held, k1, same, mine)", len(jobs))
+	}
+}
+
+// testRenewAfterOwnReport: a heartbeat sent before the answer to the
+// holder's own report came back reaches the store after that report
+// committed. It is answered RenewReported (the lease ended by a report
+// made with its own token), while a renewal of a lease that expired, or
+// of a job another generation holds, is still RenewLost.
+func testRenewAfterOwnReport(t *testing.T, h Harness) {
+	e := setup(t, h)
+	c := e.batchJobs("own", workerA, 4, base)
+	now := at(5 * time.Second)
+	res := e.apply(
+		store.Report{Kind: store.ReportComplete, Tenant: tenantA, Token: c[0].Token, Now: now},
+		store.Report{Kind: store.ReportRetry, Tenant: tenantA, Token: c[1].Token, Error: store.JobError{Code: "x", Retryable: true}, Now: now},
+		store.Report{Kind: store.ReportCancel, Tenant: tenantA, Token: c[2].Token, Reason: "stop", Now: now},
+		store.Report{Kind: store.ReportRelease, Tenant: tenantA, Token: c[3].Token, Now: now},
+	)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("report %d: %v", i, r.Err)
+		}
+	}
+	toks := []store.LeaseToken{c[0].Token, c[1].Token, c[2].Token, c[3].Token}
+	got, err := e.s.Renew(e.ctx, store.RenewParams{Tenant: tenantA, Tokens: toks, LeaseDuration: lease, Now: at(6 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if r.Status != store.RenewReported {
+			t.Errorf("renewal %d after the holder's own report: %s, want reported", i, r.Status)
+		}
+	}
+	// Released job 3 leased again by B: A's old generation is still
+	// reported (its own release ended it), B's lease is untouched.
+	b := e.mustClaim(tenantA, workerB, "own", c[3].Token.JobID, at(7*time.Second))
+	got, err = e.s.Renew(e.ctx, store.RenewParams{Tenant: tenantA, Tokens: []store.LeaseToken{c[3].Token}, LeaseDuration: lease, Now: at(8 * time.Second)})
+	if err != nil || got[0].Status != store.RenewReported {
+		t.Errorf("renewal of A's released lease after B claimed the job: %+v, %v; want reported", got, err)
+	}
+	// B's lease expires and is reaped: that generation is lost, not reported.
+	e.reap(at(8*time.Second + lease))
+	got, err = e.s.Renew(e.ctx, store.RenewParams{Tenant: tenantA, Tokens: []store.LeaseToken{b.Token}, LeaseDuration: lease, Now: at(9*time.Second + lease)})
+	if err != nil || got[0].Status != store.RenewLost {
+		t.Errorf("renewal of an expired lease: %+v, %v; want lost", got, err)
 	}
 }

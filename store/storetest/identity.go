@@ -78,6 +78,29 @@ func testPrincipalByKeyHash(t *testing.T, h Harness) {
 	if list, _ := e.s.ListPrincipals(e.ctx, "tenant-c", true); len(list) != 0 {
 		t.Errorf("an empty tenant lists %d principals", len(list))
 	}
+
+	// Every tenant's valid principals, bounded by the limit; a revoked
+	// one is left out.
+	if _, err := e.s.RevokePrincipal(e.ctx, store.RevokePrincipalParams{Tenant: tenantA, ID: second.ID, Actor: "key:a", Now: at(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	valid, err := e.s.ValidPrincipals(e.ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := map[string]int{}
+	for _, p := range valid {
+		tenants[p.Tenant]++
+		if p.ID == second.ID {
+			t.Errorf("ValidPrincipals lists the revoked %s", p.ID)
+		}
+	}
+	if len(valid) != 2 || tenants[tenantA] != 1 || tenants[tenantB] != 1 {
+		t.Errorf("ValidPrincipals = %+v; want one of tenant A and one of tenant B", valid)
+	}
+	if valid, _ := e.s.ValidPrincipals(e.ctx, 1); len(valid) != 1 {
+		t.Errorf("ValidPrincipals with limit 1 listed %d", len(valid))
+	}
 }
 
 func testRevokePrincipal(t *testing.T, h Harness) {

@@ -31,7 +31,7 @@ func (e *env) leaseBoundCalls(s store.Store, tenant string, tok store.LeaseToken
 		out["renew"] = err
 	case len(res) != 1:
 		e.t.Fatalf("renew of one token returned %d results", len(res))
-	case res[0].Status == store.RenewLost:
+	case res[0].Status == store.RenewLost || res[0].Status == store.RenewReported:
 		out["renew"] = store.ErrLeaseLost
 	default:
 		out["renew"] = nil

@@ -12,6 +12,7 @@ import (
 func metricsTests() group {
 	return group{name: "Metrics", cases: []testCase{
 		{"queue metrics count live jobs and the lag of every queue of every tenant in one call", testQueueMetrics},
+		{"queue metrics read 0 for known queues that are empty, not nothing", testQueueMetricsKnownEmpty},
 		{"queue metrics of an empty store are empty", testQueueMetricsEmpty},
 	}}
 }
@@ -40,7 +41,7 @@ func testQueueMetrics(t *testing.T, h Harness) {
 	if _, err := e.s.AbandonDeadJob(e.ctx, store.AbandonDeadJobParams{Tenant: tenantA, JobID: gone.ID, Reason: "test", Now: at(time.Minute)}); err != nil {
 		t.Fatalf("abandon: %v", err)
 	}
-	// A queue whose only job succeeded has no live gauge.
+	// A queue whose only job succeeded is known: all its gauges read 0.
 	done := e.mustCreate(tenantA, spec(qDone), base)
 	e.complete(tenantA, e.mustClaim(tenantA, workerA, qDone, done.ID, at(time.Second)).Token, at(2*time.Second))
 	// Another tenant's queue of the same name is its own row.
@@ -52,6 +53,7 @@ func testQueueMetrics(t *testing.T, h Harness) {
 	}
 	want := []store.QueueMetrics{
 		{Tenant: tenantA, Queue: qDead, Dead: 1},
+		{Tenant: tenantA, Queue: qDone},
 		{Tenant: tenantA, Queue: q2, Leased: 1, LeasesExpired: 1},
 		{Tenant: tenantA, Queue: q, Queued: 3, Available: 2, OldestAvailableAge: 10 * time.Minute, Leased: 1},
 		{Tenant: tenantB, Queue: q, Queued: 1, Available: 1, OldestAvailableAge: 9*time.Minute + 30*time.Second},
@@ -85,5 +87,40 @@ func testQueueMetricsEmpty(t *testing.T, h Harness) {
 	}
 	if len(snap.Queues) != 0 {
 		t.Fatalf("queue metrics of an empty store: %+v", snap.Queues)
+	}
+}
+
+// A queue is known while it has a policy or any job the table still holds
+// (finished ones until retention prunes them): its gauges read 0 when it
+// has no live job, so that an alert on it sees 0 rather than no series.
+// A pruned queue without a policy is forgotten.
+func testQueueMetricsKnownEmpty(t *testing.T, h Harness) {
+	e := setup(t, h)
+	// Only a policy: never had a job.
+	if _, err := e.s.SetQueuePaused(e.ctx, tenantA, "k-policy", false); err != nil {
+		t.Fatalf("set a policy: %v", err)
+	}
+	// Drained: its one job succeeded.
+	j := e.mustCreate(tenantA, spec("k-drained"), base)
+	e.complete(tenantA, e.mustClaim(tenantA, workerA, "k-drained", j.ID, at(time.Second)).Token, at(2*time.Second))
+	// Live, in another tenant.
+	e.mustCreate(tenantB, spec("k-live"), base)
+
+	snap, err := e.s.QueueMetrics(e.ctx, store.QueueMetricsParams{Now: at(time.Minute)})
+	if err != nil {
+		t.Fatalf("queue metrics: %v", err)
+	}
+	want := []store.QueueMetrics{
+		{Tenant: tenantA, Queue: "k-drained"},
+		{Tenant: tenantA, Queue: "k-policy"},
+		{Tenant: tenantB, Queue: "k-live", Queued: 1, Available: 1, OldestAvailableAge: time.Minute},
+	}
+	if len(snap.Queues) != len(want) {
+		t.Fatalf("queue metrics returned %d queues, want %d:\n got %+v\nwant %+v", len(snap.Queues), len(want), snap.Queues, want)
+	}
+	for i := range want {
+		if snap.Queues[i] != want[i] {
+			t.Errorf("queue %d:\n got %+v\nwant %+v", i, snap.Queues[i], want[i])
+		}
 	}
 }

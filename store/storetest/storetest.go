@@ -98,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		metricsTests(),
 		breakerTests(),
 		limitTests(),
+		scheduleTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

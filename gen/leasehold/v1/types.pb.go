@@ -2329,9 +2329,17 @@ type WorkerInfo struct {
 	// capacity and few credits is a worker that has not granted it. Zero for
 	// a unary worker, and from a coordinator without the "worker_credits"
 	// capability (GetVersion).
-	Credits       int32 `protobuf:"varint,11,opt,name=credits,proto3" json:"credits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Credits int32 `protobuf:"varint,11,opt,name=credits,proto3" json:"credits,omitempty"`
+	// Leases pushed on the stream that the worker has not acknowledged yet
+	// (LeaseAck, or a heartbeat or report naming them). At the coordinator's
+	// bound (64 by default) the stream is pushed nothing more until it
+	// acknowledges; a stream stuck there is not reading. Zero for a unary
+	// worker and from a coordinator without the "lease_acks" capability.
+	UnacknowledgedLeases int32 `protobuf:"varint,12,opt,name=unacknowledged_leases,json=unacknowledgedLeases,proto3" json:"unacknowledged_leases,omitempty"`
+	// The worker declared the "lease_acks" feature in its Hello.
+	AcknowledgesLeases bool `protobuf:"varint,13,opt,name=acknowledges_leases,json=acknowledgesLeases,proto3" json:"acknowledges_leases,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -2439,6 +2447,20 @@ func (x *WorkerInfo) GetCredits() int32 {
 		return x.Credits
 	}
 	return 0
+}
+
+func (x *WorkerInfo) GetUnacknowledgedLeases() int32 {
+	if x != nil {
+		return x.UnacknowledgedLeases
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetAcknowledgesLeases() bool {
+	if x != nil {
+		return x.AcknowledgesLeases
+	}
+	return false
 }
 
 var File_leasehold_v1_types_proto protoreflect.FileDescriptor
@@ -2618,7 +2640,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\bsequence\x18\x02 \x01(\x03R\bsequence\x122\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x1e.leasehold.v1.BreakerEventTypeR\x04type\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\tR\x04data\"\x88\x04\n" +
+	"\x04data\x18\x05 \x01(\tR\x04data\"\xee\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -2633,7 +2655,9 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\flast_seen_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastSeenAt\x12\x18\n" +
-	"\acredits\x18\v \x01(\x05R\acredits\x1a9\n" +
+	"\acredits\x18\v \x01(\x05R\acredits\x123\n" +
+	"\x15unacknowledged_leases\x18\f \x01(\x05R\x14unacknowledgedLeases\x12/\n" +
+	"\x13acknowledges_leases\x18\r \x01(\bR\x12acknowledgesLeases\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*J\n" +

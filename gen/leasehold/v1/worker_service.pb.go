@@ -37,6 +37,15 @@ const (
 	// Renewed, but a client asked to cancel the job: stop, then acknowledge
 	// with Cancel.
 	RenewStatus_RENEW_STATUS_CANCEL_REQUESTED RenewStatus = 3
+	// The lease is gone because a report made with its own token ended it:
+	// the worker's own complete, retry, cancel or release (typically one
+	// still waiting for its answer when the heartbeat was sent), or a release
+	// the coordinator made for a pushed lease the worker never acknowledged.
+	// Not a lost lease: the report's own answer says how the attempt ended.
+	// A worker that made no report for this lease treats it as LOST. Sent
+	// by coordinators with the "renew_reported" capability; older ones
+	// answer LOST.
+	RenewStatus_RENEW_STATUS_REPORTED RenewStatus = 4
 )
 
 // Enum value maps for RenewStatus.
@@ -46,12 +55,14 @@ var (
 		1: "RENEW_STATUS_RENEWED",
 		2: "RENEW_STATUS_LOST",
 		3: "RENEW_STATUS_CANCEL_REQUESTED",
+		4: "RENEW_STATUS_REPORTED",
 	}
 	RenewStatus_value = map[string]int32{
 		"RENEW_STATUS_UNSPECIFIED":      0,
 		"RENEW_STATUS_RENEWED":          1,
 		"RENEW_STATUS_LOST":             2,
 		"RENEW_STATUS_CANCEL_REQUESTED": 3,
+		"RENEW_STATUS_REPORTED":         4,
 	}
 )
 
@@ -1418,8 +1429,12 @@ type ConnectRequest_Heartbeat struct {
 }
 
 type ConnectRequest_Ack struct {
-	// Acknowledges a pushed lease (informational: an unacknowledged lease is
-	// still a lease and simply expires if the worker never saw it).
+	// Acknowledges pushed leases as they are received. A worker that
+	// declared the "lease_acks" feature in its Hello must acknowledge every
+	// pushed lease promptly: the coordinator pushes no more while too many
+	// leases (or bytes) are unacknowledged, and ends a stream that leaves
+	// one unacknowledged too long. Other workers' leases are acknowledged
+	// implicitly by a heartbeat or report naming them.
 	Ack *LeaseAck `protobuf:"bytes,4,opt,name=ack,proto3,oneof"`
 }
 
@@ -1482,6 +1497,12 @@ type Hello struct {
 	SdkVersion string `protobuf:"bytes,6,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
 	// Lease duration for pushed leases, in [1s, 1h]; unset = queue default.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,7,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
+	// Protocol features the worker implements (at most 16 names of at most
+	// 64 bytes; unknown names are ignored). "lease_acks": the worker sends a
+	// LeaseAck for every pushed lease as soon as it receives it, and the
+	// coordinator may end the stream (RESOURCE_EXHAUSTED,
+	// STREAM_NOT_ACKNOWLEDGING) when one stays unacknowledged too long.
+	Features      []string `protobuf:"bytes,8,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1561,6 +1582,13 @@ func (x *Hello) GetSdkVersion() string {
 func (x *Hello) GetLeaseDuration() *durationpb.Duration {
 	if x != nil {
 		return x.LeaseDuration
+	}
+	return nil
+}
+
+func (x *Hello) GetFeatures() []string {
+	if x != nil {
+		return x.Features
 	}
 	return nil
 }
@@ -1667,10 +1695,11 @@ func (x *Heartbeat) GetLeaseDuration() *durationpb.Duration {
 	return nil
 }
 
-// LeaseAck acknowledges pushed leases.
+// LeaseAck acknowledges pushed leases: the worker has received them.
 type LeaseAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The acknowledged job ids.
+	// The acknowledged job ids (at most 10,000); ids of leases not pushed
+	// on this stream are ignored.
 	JobIds        []string `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1857,7 +1886,8 @@ type ConnectResponse_CancelRequested struct {
 }
 
 type ConnectResponse_LeaseLost struct {
-	// This worker lost a lease (expired, reclaimed, or finished elsewhere).
+	// This worker lost a lease (expired, reclaimed, or finished elsewhere;
+	// never for a lease its own report ended: see RENEW_STATUS_REPORTED).
 	LeaseLost *LeaseLostNotice `protobuf:"bytes,5,opt,name=lease_lost,json=leaseLost,proto3,oneof"`
 }
 
@@ -2296,7 +2326,9 @@ type GetVersionResponse struct {
 	// The API version, "leasehold.v1".
 	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// Feature names the server supports, e.g. "connect_stream",
-	// "effect_ledger", "checkpoints", "dead_letter", "long_poll_claim".
+	// "effect_ledger", "checkpoints", "dead_letter", "long_poll_claim",
+	// "lease_acks" (pushed leases are bounded by what the worker has
+	// acknowledged), "renew_reported" (RENEW_STATUS_REPORTED).
 	Capabilities []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// The storage engine: "postgres" or "sqlite".
 	StoreEngine string `protobuf:"bytes,4,opt,name=store_engine,json=storeEngine,proto3" json:"store_engine,omitempty"`
@@ -2452,7 +2484,7 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x05retry\x18\x06 \x01(\v2\x1a.leasehold.v1.RetryRequestH\x00R\x05retry\x125\n" +
 	"\x06cancel\x18\a \x01(\v2\x1b.leasehold.v1.CancelRequestH\x00R\x06cancel\x128\n" +
 	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\areleaseB\x05\n" +
-	"\x03msg\"\xca\x02\n" +
+	"\x03msg\"\xe6\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x1a\n" +
@@ -2461,7 +2493,8 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\bsdk_name\x18\x05 \x01(\tR\asdkName\x12\x1f\n" +
 	"\vsdk_version\x18\x06 \x01(\tR\n" +
 	"sdkVersion\x12@\n" +
-	"\x0elease_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x1a9\n" +
+	"\x0elease_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12\x1a\n" +
+	"\bfeatures\x18\b \x03(\tR\bfeatures\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
@@ -2511,12 +2544,13 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12!\n" +
 	"\fstore_engine\x18\x04 \x01(\tR\vstoreEngine\x12;\n" +
 	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"serverTime*\x7f\n" +
+	"serverTime*\x9a\x01\n" +
 	"\vRenewStatus\x12\x1c\n" +
 	"\x18RENEW_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RENEW_STATUS_RENEWED\x10\x01\x12\x15\n" +
 	"\x11RENEW_STATUS_LOST\x10\x02\x12!\n" +
-	"\x1dRENEW_STATUS_CANCEL_REQUESTED\x10\x03*\x8b\x01\n" +
+	"\x1dRENEW_STATUS_CANCEL_REQUESTED\x10\x03\x12\x19\n" +
+	"\x15RENEW_STATUS_REPORTED\x10\x04*\x8b\x01\n" +
 	"\n" +
 	"ReportKind\x12\x1b\n" +
 	"\x17REPORT_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +

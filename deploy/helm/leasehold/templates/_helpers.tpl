@@ -135,4 +135,67 @@ grpc:
 {{- if not .Values.auth.mode }}
 {{- fail "auth.mode is required (serve --auth), e.g. api-key" }}
 {{- end }}
+{{- if and (eq .Values.auth.mode "none") (not .Values.auth.insecureAllowUnauthenticated) }}
+{{- fail "auth.mode none: serve refuses to listen beyond loopback without authentication (its pods would crash-loop). Use auth.mode api-key (the default) or mtls, or set auth.insecureAllowUnauthenticated=true if a NetworkPolicy or a mesh keeps strangers out" }}
+{{- end }}
+{{- if and (eq .Values.auth.mode "mtls") (not (and .Values.tls.enabled .Values.tls.clientCA.enabled)) }}
+{{- fail "auth.mode mtls needs client certificates: set tls.enabled=true, tls.secretName and tls.clientCA.enabled=true (serve --auth mtls requires --tls-client-ca-file)" }}
+{{- end }}
+{{- if and .Values.auth.insecureAllowUnauthenticated (ne .Values.auth.mode "none") }}
+{{- fail (printf "auth.insecureAllowUnauthenticated applies to auth.mode none only, not %s: remove it" .Values.auth.mode) }}
+{{- end }}
+{{- $need := include "leasehold.shutdownSeconds" . | int }}
+{{- with .Values.terminationGracePeriodSeconds }}
+{{- if le (int .) $need }}
+{{- fail (printf "terminationGracePeriodSeconds %d does not cover the shutdown: preStop %ds + 2 x shutdownGrace %s + 5s flush = %ds; raise it or leave it empty to have it computed" (int .) (int $.Values.lifecycle.preStopSleepSeconds) $.Values.shutdownGrace $need) }}
+{{- end }}
+{{- end }}
+{{- if .Values.podDisruptionBudget.enabled }}
+{{- $replicas := include "leasehold.minReplicas" . | int }}
+{{- $min := .Values.podDisruptionBudget.minAvailable }}
+{{- if and (gt $replicas 1) (kindIs "string" $min) (eq (toString $min) "100%") }}
+{{- fail "podDisruptionBudget.minAvailable 100% would block every node drain: use 1 (or a lower percentage)" }}
+{{- end }}
+{{- if and (gt $replicas 1) (not (kindIs "string" $min)) (ge (int $min) $replicas) }}
+{{- fail (printf "podDisruptionBudget.minAvailable %d is not below the %d replicas: it would block every node drain. Lower it or raise the replica count" (int $min) $replicas) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds of shutdownGrace (h, m and s parts; the schema allows no other unit). */}}
+{{- define "leasehold.shutdownGraceSeconds" -}}
+{{- $g := toString .Values.shutdownGrace }}
+{{- $h := regexFind "[0-9]+h" $g | trimSuffix "h" | default "0" | int }}
+{{- $m := regexFind "[0-9]+m" $g | trimSuffix "m" | default "0" | int }}
+{{- $s := regexFind "[0-9]+s" $g | trimSuffix "s" | default "0" | int }}
+{{- add (mul $h 3600) (mul $m 60) $s }}
+{{- end }}
+
+{{/* Seconds a shutdown may take: the preStop pause, two grace periods (streams drain, then calls finish) and the 5s telemetry flush. */}}
+{{- define "leasehold.shutdownSeconds" -}}
+{{- add (int .Values.lifecycle.preStopSleepSeconds) (mul 2 (include "leasehold.shutdownGraceSeconds" . | int)) 5 }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: the value set, or the shutdown plus 15s to spare. */}}
+{{- define "leasehold.terminationGracePeriodSeconds" -}}
+{{- if .Values.terminationGracePeriodSeconds }}
+{{- .Values.terminationGracePeriodSeconds | int }}
+{{- else }}
+{{- add (include "leasehold.shutdownSeconds" . | int) 15 }}
+{{- end }}
+{{- end }}
+
+{{/* The fewest coordinator pods the release runs. */}}
+{{- define "leasehold.minReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas | int }}{{ else }}{{ .Values.replicaCount | int }}{{ end }}
+{{- end }}
+
+{{/* The Secret the bootstrap Job writes the first admin key into. */}}
+{{- define "leasehold.bootstrapSecretName" -}}
+{{- .Values.bootstrap.secretName | default (printf "%s-admin-key" (include "leasehold.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Whether the bootstrap Job (and its RBAC) is rendered. */}}
+{{- define "leasehold.bootstrapEnabled" -}}
+{{- if and .Values.bootstrap.enabled (eq .Values.auth.mode "api-key") }}true{{ end }}
 {{- end }}
