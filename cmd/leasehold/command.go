@@ -57,6 +57,8 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.workerCommand(),
 		c.keyCommand(),
 		c.auditCommand(),
+		c.outboxCommand(),
+		c.relayCommand(),
 		c.benchCommand(),
 		versionCommand(),
 	)
