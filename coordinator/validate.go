@@ -667,6 +667,15 @@ func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (s
 	if rp != nil && rp.JitterFraction != nil {
 		jitter = rp.GetJitterFraction()
 	}
+	var backoff store.Backoff
+	switch rp.GetBackoff() {
+	case leaseholdv1.RetryBackoff_RETRY_BACKOFF_UNSPECIFIED, leaseholdv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL:
+		backoff = store.BackoffExponential
+	case leaseholdv1.RetryBackoff_RETRY_BACKOFF_DECORRELATED:
+		backoff = store.BackoffDecorrelated
+	default:
+		return store.QueuePolicy{}, store.Invalid("policy.retry.backoff", "must be a known RetryBackoff")
+	}
 	qp := store.QueuePolicy{
 		Queue: p.GetQueue(),
 		Retry: store.RetryPolicy{
@@ -678,6 +687,7 @@ func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (s
 			RetryableErrorCodes:    rp.GetRetryableErrorCodes(),
 			NonRetryableErrorCodes: rp.GetNonRetryableErrorCodes(),
 			TotalRetryDeadline:     deadline,
+			Backoff:                backoff,
 		},
 		DefaultLeaseDuration: lease,
 		ConcurrencyLimit:     p.GetConcurrencyLimit(),

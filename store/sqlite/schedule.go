@@ -52,6 +52,7 @@ const (
 		WHERE tenant = ?1 AND id = ?2 AND next_tick_at = ?3`
 	qScheduleRunInsert = `INSERT INTO schedule_runs (tenant, schedule_id, seq, tick_at, outcome, job_id, missed, reason, recorded_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qAnyScheduleDue      = `SELECT EXISTS (SELECT 1 FROM schedules WHERE next_tick_at IS NOT NULL AND next_tick_at <= ?)`
 	qScheduleRunsPrune   = `DELETE FROM schedule_runs WHERE tenant = ? AND schedule_id = ? AND seq <= ?`
 	qScheduleTriggerMark = `UPDATE schedules SET last_job_id = ?3, run_seq = ?4 WHERE tenant = ?1 AND id = ?2`
 )
@@ -329,6 +330,18 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 	limit := p.Limit
 	if limit <= 0 {
 		limit = store.FireBatchDefault
+	}
+	// Most passes find nothing due: look in a read transaction first, so
+	// that an idle scheduler does not take the single write lock five
+	// times a second.
+	var due bool
+	if err := s.read(ctx, "schedules_due", func(tx *preparedTx) error {
+		return tx.QueryRowContext(ctx, qAnyScheduleDue, micros(s.clock(p.Now))).Scan(&due)
+	}); err != nil {
+		return store.FireSchedulesResult{}, err
+	}
+	if !due {
+		return store.FireSchedulesResult{Now: s.clock(p.Now)}, nil
 	}
 	var res store.FireSchedulesResult
 	err := s.write(ctx, "fire_schedules", func(tx *writeTx) error {
