@@ -1,4 +1,4 @@
-// Package benchmark is `leasehold bench`: Leasehold measured the way a user
+// Package bench is `leasehold bench`: Leasehold measured the way a user
 // runs it, beside River (bench/river) with the same modes, flags and
 // figures.
 //
@@ -28,7 +28,7 @@
 //
 // Main does not depend on the CLI framework, so the command can be wired
 // into any.
-package benchmark
+package bench
 
 import (
 	"context"
@@ -38,7 +38,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // Exit codes of Main.

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"bufio"
@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/leasehold/leasehold/bench/measure"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
 )
 
 // Idle mode: what N idle worker streams cost the coordinator.

@@ -1,4 +1,4 @@
-package benchmark_test
+package bench_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
 )

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // Modes only Leasehold has: River has no streams to hold idle and no

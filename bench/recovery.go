@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/bench/measure"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
 )
 
 // Recovery mode: how long work held by a dead worker waits.

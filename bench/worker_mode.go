@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"bufio"
@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/leasehold/leasehold/bench/measure"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
 	"github.com/leasehold/leasehold/worker"
 )
 

@@ -1,4 +1,4 @@
-package benchmark_test
+package bench_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the SQLite file is read directly after the run
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // jobRow is what the bench reads of a job after the run.

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // The systems compare runs; ratios are first / second.

@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/leasehold/leasehold/bench/measure"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
 	"github.com/leasehold/leasehold/internal/txcount"
 	"github.com/leasehold/leasehold/worker"
 )

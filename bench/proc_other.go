@@ -1,6 +1,6 @@
 //go:build !linux
 
-package benchmark
+package bench
 
 import (
 	"errors"

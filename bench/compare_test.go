@@ -1,4 +1,4 @@
-package benchmark
+package bench
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 func mustParse(t *testing.T, line string) *measure.Result {
