@@ -957,7 +957,8 @@ func TestAuthNoneRunsAsTheConfiguredTenant(t *testing.T) {
 }
 
 // TestAStreamEndsWhenItsKeyIsRevoked: a Connect stream opened with a key
-// that is then revoked is ended, not left running for hours.
+// that is then revoked is ended, not left running for hours, with
+// UNAUTHENTICATED.
 func TestAStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
 	t.Parallel()
 	e := newAuthEnv(t, func(cfg *Config) { cfg.AuthCacheTTL = 200 * time.Millisecond })
@@ -987,8 +988,8 @@ func TestAStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
 	}()
 	select {
 	case err := <-ended:
-		if status.Code(err) == codes.OK {
-			t.Errorf("the stream ended with %v", err)
+		if status.Code(err) != codes.Unauthenticated || reasonOf(err) != ReasonUnauthenticated {
+			t.Errorf("the stream ended with %v; want UNAUTHENTICATED (its credential is gone, not the call cancelled)", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream of a revoked key still runs after 5s")

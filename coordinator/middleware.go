@@ -130,7 +130,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 			logging.StreamServerInterceptor(logger, logOpts...),
 			c.limitHealthWatch,
 			c.preAuthStream,
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
+			selector.StreamServerInterceptor(c.auth.streamInterceptor, needsAuth),
 			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),
 		),
