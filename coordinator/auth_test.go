@@ -1006,3 +1006,38 @@ func reflectionListRequest() proto.Message {
 	m.Set(fd, protoreflect.ValueOfString("*"))
 	return m.Interface()
 }
+
+// TestIdempotencyConflictsRevealNothingOutsideTheScope: a request id used
+// in a queue outside a scoped producer's queues conflicts exactly as one
+// used in its own queue does — same code, reason, message and details,
+// with no job id, queue or fingerprint — so the answer says only that the
+// id is taken in the tenant, never where or for what.
+func TestIdempotencyConflictsRevealNothingOutsideTheScope(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx := t.Context()
+	allKey, _ := e.key(tenantA, store.RoleProducer)
+	scopedKey, _ := e.key(tenantA, store.RoleProducer, "a.*")
+	all := leaseholdv1.NewJobServiceClient(e.dial(allKey))
+	scoped := leaseholdv1.NewJobServiceClient(e.dial(scopedKey))
+	if _, err := all.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "outside", Job: &leaseholdv1.JobSpec{Queue: "q1", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "inside", Job: &leaseholdv1.JobSpec{Queue: "a.one", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, outside := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "outside", Job: &leaseholdv1.JobSpec{Queue: "a.two", Kind: "k"}})
+	_, inside := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "inside", Job: &leaseholdv1.JobSpec{Queue: "a.two", Kind: "k"}})
+	if status.Code(outside) != codes.AlreadyExists || reasonOf(outside) != ReasonIdempotencyConflict {
+		t.Fatalf("a request id used outside the scope: %v; want ALREADY_EXISTS %s", outside, ReasonIdempotencyConflict)
+	}
+	so, si := status.Convert(outside).Proto(), status.Convert(inside).Proto()
+	if !proto.Equal(so, si) {
+		t.Errorf("the conflict outside the scope answers %v; inside it %v: they must be the same", so, si)
+	}
+	for _, leak := range []string{"q1", "outside"} {
+		if strings.Contains(so.String(), leak) {
+			t.Errorf("the conflict answer %v mentions %q", so, leak)
+		}
+	}
+}
