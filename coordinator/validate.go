@@ -179,6 +179,12 @@ func decodeToken(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, err
 	if len(t.GetSecret()) == 0 {
 		return store.LeaseToken{}, store.Invalid(field+".secret", "is required: send the token as the lease gave it")
 	}
+	// The shape of the id is checked before the secret: a malformed id
+	// is a caller's mistake (INVALID_ARGUMENT naming the field) whatever
+	// the secret, and saying so reveals nothing about any lease.
+	if err := jobID(field+".job_id", t.GetJobId()); err != nil {
+		return store.LeaseToken{}, err
+	}
 	return store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}, nil
 }
 
