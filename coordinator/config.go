@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasehold/leasehold/coordinator/dispatch"
+	"github.com/leasehold/leasehold/coordinator/retention"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -35,13 +37,13 @@ const (
 	UnaryTimeoutDefault = 30 * time.Second
 	// PollIntervalDefault is the dispatcher's first fallback poll interval;
 	// it doubles while polls find nothing, up to PollMaxIntervalDefault.
-	PollIntervalDefault = time.Second
+	PollIntervalDefault = dispatch.PollIntervalDefault
 	// PollMaxIntervalDefault caps the dispatcher's poll backoff.
-	PollMaxIntervalDefault = 5 * time.Second
+	PollMaxIntervalDefault = dispatch.PollMaxIntervalDefault
 	// RetentionDefault is how long finished jobs are kept (7 days).
-	RetentionDefault = 7 * 24 * time.Hour
+	RetentionDefault = retention.RetentionDefault
 	// RetentionIntervalDefault is how often maintenance runs.
-	RetentionIntervalDefault = time.Minute
+	RetentionIntervalDefault = retention.IntervalDefault
 	// ShutdownGraceDefault bounds how long streams get to drain and how long
 	// GracefulStop may wait.
 	ShutdownGraceDefault = 10 * time.Second

@@ -13,7 +13,7 @@ import (
 )
 
 // The answers that come from grpc-go's transport rather than from the
-// coordinator, which the README's error table documents: a request over
+// coordinator, which docs/errors.md documents: a request over
 // the receive limit is RESOURCE_EXHAUSTED, and a string field that is not
 // UTF-8 fails proto decoding with INTERNAL. Neither reaches a handler, so
 // neither carries an ErrorInfo.

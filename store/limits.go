@@ -53,7 +53,21 @@ const (
 	CheckpointHistoryLimit = 16
 	// ListLimitMax caps list page sizes.
 	ListLimitMax = 1000
+	// ListLimitDefault is the page size of a list that asks for 0.
+	ListLimitDefault = 50
 )
+
+// PageLimit applies the list default and cap to a requested page size; a
+// negative one is invalid.
+func PageLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, Invalid("limit", "must not be negative")
+	case limit == 0:
+		return ListLimitDefault, nil
+	}
+	return min(limit, ListLimitMax), nil
+}
 
 // Defaults.
 const (

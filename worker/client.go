@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/backoff"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -167,7 +168,7 @@ const watchResumes = 5
 // event exactly once.
 func (c *Client) Watch(ctx context.Context, id string, fn func(*leaseholdv1.Event) error) error {
 	var after int64
-	b := backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
+	b := backoff.Exponential{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		progressed, err := c.watchOnce(ctx, id, &after, fn)
 		if err == nil {
@@ -181,12 +182,12 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(*leaseholdv1.Even
 			return fmt.Errorf("leasehold: watch job %s: %w", id, err)
 		}
 		if progressed {
-			b.reset()
+			b.Reset()
 		}
-		if b.attempt >= watchResumes {
+		if b.Attempts() >= watchResumes {
 			return fmt.Errorf("leasehold: watch job %s: gave up after %d resumes: %w", id, watchResumes, err)
 		}
-		t := time.NewTimer(max(b.next(), afterRefusal(retryInfoDelay(err))))
+		t := time.NewTimer(max(b.Next(), afterRefusal(retryInfoDelay(err))))
 		select {
 		case <-ctx.Done():
 			t.Stop()

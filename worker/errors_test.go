@@ -71,20 +71,3 @@ func TestUnknownEffectErrorNamesTheOperation(t *testing.T) {
 		}
 	}
 }
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	b := backoff{min: 100 * time.Millisecond, max: time.Second}
-	wantCeil := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, ceil := range wantCeil {
-		ceil *= time.Millisecond
-		d := b.next()
-		if d < ceil/2 || d > ceil {
-			t.Fatalf("attempt %d: delay %s outside [%s, %s]", i, d, ceil/2, ceil)
-		}
-	}
-	b.reset()
-	if d := b.next(); d > 100*time.Millisecond {
-		t.Fatalf("after reset: delay %s, want at most 100ms", d)
-	}
-}

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/backoff"
 )
 
 // ErrorInfo reasons the SDK acts on.
@@ -59,21 +61,20 @@ const (
 // the coordinator answers a repeated terminal report from the same lease
 // generation with the original outcome.
 func retryTransient(ctx context.Context, fn func(ctx context.Context) error) error {
-	delay := callBackoffFirst
+	b := backoff.Exponential{Min: callBackoffFirst, Max: callBackoffMax}
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = fn(ctx)
 		if err == nil || !isTransient(err) || attempt == callAttempts {
 			return err
 		}
-		t := time.NewTimer(max(jitter(delay), retryInfoDelay(err)))
+		t := time.NewTimer(max(b.Next(), retryInfoDelay(err)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return errors.Join(err, context.Cause(ctx))
 		case <-t.C:
 		}
-		delay = min(delay*2, callBackoffMax)
 	}
 }
 
@@ -138,7 +139,7 @@ func retryInfoDelay(err error) time.Duration {
 // afterRefusal spreads a RetryInfo delay over [d, 1.5d], so refused
 // callers do not return in lockstep.
 func afterRefusal(d time.Duration) time.Duration {
-	return d + jitter(d)/2
+	return d + backoff.Jitter(d)/2
 }
 
 // retryRefusedUnary is a client interceptor that repeats a unary call the

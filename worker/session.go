@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/backoff"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -57,7 +58,7 @@ type session struct {
 // done, reconnecting with capped exponential backoff and jitter. It
 // returns an error only when the coordinator refuses the worker outright.
 func (w *Worker) connectLoop(ctx context.Context, stop <-chan struct{}) error {
-	b := backoff{min: w.cfg.ReconnectMin, max: w.cfg.ReconnectMax}
+	b := backoff.Exponential{Min: w.cfg.ReconnectMin, Max: w.cfg.ReconnectMax}
 	for {
 		welcomed, err := w.runSession(ctx)
 		select {
@@ -73,10 +74,10 @@ func (w *Worker) connectLoop(ctx context.Context, stop <-chan struct{}) error {
 			return fmt.Errorf("worker: connect: %w", err)
 		}
 		if welcomed {
-			b.reset()
+			b.Reset()
 		}
 		// A refused stream open (RATE_LIMITED) names its own delay.
-		delay := max(b.next(), afterRefusal(retryInfoDelay(err)))
+		delay := max(b.Next(), afterRefusal(retryInfoDelay(err)))
 		if errors.Is(err, errDrained) {
 			w.log.InfoContext(ctx, "stream drained; reconnecting", slog.Duration("delay", delay))
 		} else {

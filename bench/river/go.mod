@@ -24,6 +24,6 @@ require (
 	golang.org/x/text v0.44.0 // indirect
 )
 
-// The shared measurement code (internal/benchmark/measure) comes from this
+// The shared measurement code (bench/measure) comes from this
 // repository, so both systems are measured by the same code.
 replace github.com/leasehold/leasehold => ../..

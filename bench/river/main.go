@@ -49,7 +49,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/leasehold/leasehold/internal/benchmark/measure"
+	"github.com/leasehold/leasehold/bench/measure"
 )
 
 // River's tuning for the comparison.

@@ -27,7 +27,7 @@ import (
 // Connection defaults and the environment variables that override them. A
 // flag given on the command line wins over the environment.
 const (
-	addrDefault    = "127.0.0.1:7400"
+	addrDefault    = listenDefault
 	timeoutDefault = 30 * time.Second
 	outputTable    = "table"
 	outputJSON     = "json"

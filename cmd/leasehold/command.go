@@ -56,6 +56,8 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.workerCommand(),
 		c.keyCommand(),
 		c.auditCommand(),
+		c.outboxCommand(),
+		c.relayCommand(),
 		c.benchCommand(),
 		versionCommand(),
 	)

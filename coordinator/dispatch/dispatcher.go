@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/startstop"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -121,9 +122,7 @@ type Dispatcher struct {
 	quiesceCh chan struct{} // closed by Quiesce
 	wake      chan struct{} // capacity 1: a pending wake-up, coalesced
 
-	lifeMu sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	lifecycle startstop.BaseStartStop
 }
 
 // New returns a Dispatcher; it does nothing until Start.
@@ -149,23 +148,21 @@ func New(cfg Config) *Dispatcher {
 }
 
 // Start runs the dispatch loop (and the notifier subscription) until Stop
-// or ctx ends. It returns at once; starting twice is a no-op.
+// or ctx ends. It returns at once; starting it while it runs is a no-op.
 func (d *Dispatcher) Start(ctx context.Context) {
-	d.lifeMu.Lock()
-	defer d.lifeMu.Unlock()
-	if d.done != nil {
+	ctx, shouldStart, started, stopped := d.lifecycle.StartInit(ctx)
+	if !shouldStart {
 		return
 	}
-	ctx, d.cancel = context.WithCancel(ctx)
-	d.done = make(chan struct{})
-	var wg sync.WaitGroup
-	if n, ok := d.cfg.Store.(store.JobNotifier); ok {
-		wg.Go(func() { d.listen(ctx, n) })
-	}
-	wg.Go(func() { d.loop(ctx) })
 	go func() {
+		started()
+		defer stopped()
+		var wg sync.WaitGroup
+		if n, ok := d.cfg.Store.(store.JobNotifier); ok {
+			wg.Go(func() { d.listen(ctx, n) })
+		}
+		wg.Go(func() { d.loop(ctx) })
 		wg.Wait()
-		close(d.done)
 	}()
 }
 
@@ -173,14 +170,7 @@ func (d *Dispatcher) Start(ctx context.Context) {
 // twice, and before Start.
 func (d *Dispatcher) Stop() {
 	d.Quiesce()
-	d.lifeMu.Lock()
-	cancel, done := d.cancel, d.done
-	d.lifeMu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
+	d.lifecycle.Stop()
 }
 
 // Quiesce stops handing out leases for good: no claim starts after it, and

@@ -22,9 +22,9 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/startstop"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -70,9 +70,7 @@ type Reaper struct {
 
 	expect chan time.Time // capacity 1: the earliest expiry announced since the last look
 
-	lifeMu sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	startstop.BaseStartStop
 }
 
 // New returns a Reaper; it does nothing until Start.
@@ -88,31 +86,18 @@ func New(cfg Config) *Reaper {
 }
 
 // Start runs the loop until Stop or ctx ends. It returns at once; a second
-// Start is a no-op.
+// Start while it runs is a no-op. Stop (from startstop.BaseStartStop) ends
+// the loop and waits for it; it is safe twice, and before Start.
 func (r *Reaper) Start(ctx context.Context) {
-	r.lifeMu.Lock()
-	defer r.lifeMu.Unlock()
-	if r.done != nil {
+	ctx, shouldStart, started, stopped := r.StartInit(ctx)
+	if !shouldStart {
 		return
 	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
 	go func() {
-		defer close(r.done)
+		started()
+		defer stopped()
 		r.loop(ctx)
 	}()
-}
-
-// Stop ends the loop and waits for it. Safe twice, and before Start.
-func (r *Reaper) Stop() {
-	r.lifeMu.Lock()
-	cancel, done := r.cancel, r.done
-	r.lifeMu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }
 
 // Expect tells the reaper a lease expires at t, so it wakes then if that

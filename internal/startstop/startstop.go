@@ -1,5 +1,6 @@
 // Package startstop is the lifecycle of Leasehold's background services
-// (the retention pruner, the activity reporter, the PostgreSQL listener):
+// (the dispatcher, the lease reaper, the retention pruner, the activity
+// reporter, the PostgreSQL listener):
 // Start returns at once and runs the service on its own goroutine; Stop
 // cancels it and blocks until it has returned, and is safe twice and
 // before Start; Started and Stopped are channels to wait on. It follows

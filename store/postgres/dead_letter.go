@@ -21,7 +21,7 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 			return nil, err
 		}
 	}
-	limit, err := pageLimit(p.Limit)
+	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	// database/sql).
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/leasehold/leasehold/backoff"
 	"github.com/leasehold/leasehold/internal/groupcommit"
 	"github.com/leasehold/leasehold/migrations"
 	"github.com/leasehold/leasehold/store"
@@ -201,6 +201,9 @@ func (s *Store) withTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 // lost a serialization or deadlock race (or an idempotency-key insert
 // race), and converts its final error.
 func (s *Store) retryTx(ctx context.Context, op string, run func() error) error {
+	// Jittered, so two transactions that deadlocked do not collide again
+	// in lockstep.
+	delays := backoff.Exponential{Min: 10 * time.Millisecond, Max: 40 * time.Millisecond}
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = run()
@@ -209,7 +212,7 @@ func (s *Store) retryTx(ctx context.Context, op string, run func() error) error 
 			break
 		}
 		s.logger.DebugContext(ctx, "retrying transaction", slog.String("op", op), slog.Int("attempt", attempt), slog.Any("error", err))
-		if werr := backoffWait(ctx, attempt); werr != nil {
+		if werr := backoff.Sleep(ctx, delays.Next()); werr != nil {
 			break
 		}
 	}
@@ -254,21 +257,6 @@ type hookError struct {
 
 func (e *hookError) Error() string { return e.op + ": aborted before commit: " + e.err.Error() }
 func (e *hookError) Unwrap() error { return e.err }
-
-// backoffWait sleeps a short jittered time before a transaction is retried,
-// so two transactions that deadlocked do not collide again in lockstep.
-func backoffWait(ctx context.Context, attempt int) error {
-	d := time.Duration(attempt) * 5 * time.Millisecond
-	d += time.Duration(rand.Int64N(int64(d)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // readError converts an error of a read outside a transaction, logging
 // unexpected ones.

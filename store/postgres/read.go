@@ -13,9 +13,6 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// listLimitDefault is the page size when a list asks for 0.
-const listLimitDefault = 50
-
 // GetJob implements store.Store.
 func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, error) {
 	if err := store.ValidateTenant(tenant); err != nil {
@@ -32,17 +29,6 @@ func (s *Store) GetJob(ctx context.Context, tenant, jobID string) (*store.Job, e
 		return nil, s.readError(ctx, "get_job", err)
 	}
 	return job, nil
-}
-
-// pageLimit applies the list default and cap.
-func pageLimit(limit int) (int, error) {
-	switch {
-	case limit < 0:
-		return 0, store.Invalid("limit", "must not be negative")
-	case limit == 0:
-		return listLimitDefault, nil
-	}
-	return min(limit, store.ListLimitMax), nil
 }
 
 // ListJobs implements store.Store: newest first (created_at desc, id desc),
@@ -71,7 +57,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 			return nil, store.Invalid("states", fmt.Sprintf("unknown state %q", st))
 		}
 	}
-	limit, err := pageLimit(p.Limit)
+	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 	if p.Queue != "" && !store.ValidName(p.Queue) {
 		return nil, store.Invalid("queue", "must be a valid queue name")
 	}
-	limit, err := pageLimit(p.Limit)
+	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
 	}

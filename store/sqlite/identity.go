@@ -379,7 +379,7 @@ func (s *Store) ListAudit(ctx context.Context, p store.ListAuditParams) (*store.
 	if err := store.ValidateTenant(p.Tenant); err != nil {
 		return nil, err
 	}
-	limit, err := pageLimit(p.Limit)
+	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
 	}

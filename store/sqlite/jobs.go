@@ -15,25 +15,11 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// listLimitDefault is the page size when a list call asks for none.
-const listLimitDefault = 50
-
 // querier is what both *sql.Tx flavours offer.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// pageLimit applies the list default and cap; a negative limit is invalid.
-func pageLimit(limit int) (int, error) {
-	switch {
-	case limit < 0:
-		return 0, store.Invalid("limit", "must not be negative")
-	case limit == 0:
-		return listLimitDefault, nil
-	}
-	return min(limit, store.ListLimitMax), nil
 }
 
 // getJobTx reads a job with its latest checkpoint; store.ErrNotFound when the
@@ -340,7 +326,7 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		}
 		states = append(states, string(st))
 	}
-	limit, err := pageLimit(p.Limit)
+	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
 	}
