@@ -20,11 +20,11 @@ import (
 type rawCodec struct{}
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil //nolint:forcetypeassert // test codec
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
 }
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize() //nolint:forcetypeassert // test codec
+	*v.(*[]byte) = data.Materialize()
 	return nil
 }
 
@@ -90,7 +90,7 @@ func requestTypes(tb testing.TB) []protoreflect.MessageType {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		methods := d.(protoreflect.ServiceDescriptor).Methods() //nolint:forcetypeassert // a service by name
+		methods := d.(protoreflect.ServiceDescriptor).Methods()
 		for i := range methods.Len() {
 			mt, err := protoregistry.GlobalTypes.FindMessageByName(methods.Get(i).Input().FullName())
 			if err != nil {
