@@ -121,6 +121,7 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		// INTERNAL (request_codec.go).
 		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainUnaryInterceptor(
+			forgetUndecodable,
 			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			c.preAuthUnary,

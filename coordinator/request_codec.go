@@ -30,7 +30,9 @@ type requestCodec struct {
 // undecodable holds the decoding error of each message requestCodec could
 // not decode, until checkDecoded takes it. Every decoded request reaches
 // checkDecoded (unary calls through the interceptor chain, stream messages
-// through the wrapped stream), so entries do not outlive their call.
+// through the wrapped stream; forgetUndecodable drops the note of a unary
+// call refused before it is checked), so entries do not outlive their
+// call.
 var undecodable sync.Map // proto.Message → error
 
 func newRequestCodec() requestCodec {
@@ -114,6 +116,15 @@ func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, prefix string
 		}
 	}
 	return ""
+}
+
+// forgetUndecodable is the outermost unary interceptor: a call refused
+// before checkDecodedUnary ran (a rate limit, a failed authentication)
+// leaves its note behind otherwise, and the map would grow with every
+// such call.
+func forgetUndecodable(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	defer undecodable.Delete(req)
+	return h(ctx, req)
 }
 
 // checkDecodedUnary answers a unary request requestCodec could not decode.
