@@ -335,13 +335,21 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 	// that an idle scheduler does not take the single write lock five
 	// times a second.
 	var due bool
+	var next sql.NullInt64
 	if err := s.read(ctx, "schedules_due", func(tx *preparedTx) error {
-		return tx.QueryRowContext(ctx, qAnyScheduleDue, micros(s.clock(p.Now))).Scan(&due)
+		if err := tx.QueryRowContext(ctx, qAnyScheduleDue, micros(s.clock(p.Now))).Scan(&due); err != nil || due {
+			return err
+		}
+		return tx.QueryRowContext(ctx, qScheduleNextTick).Scan(&next)
 	}); err != nil {
 		return store.FireSchedulesResult{}, err
 	}
 	if !due {
-		return store.FireSchedulesResult{Now: s.clock(p.Now)}, nil
+		res := store.FireSchedulesResult{Now: s.clock(p.Now)}
+		if next.Valid {
+			res.NextTick = fromMicros(next.Int64)
+		}
+		return res, nil
 	}
 	var res store.FireSchedulesResult
 	err := s.write(ctx, "fire_schedules", func(tx *writeTx) error {
