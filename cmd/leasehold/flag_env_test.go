@@ -22,7 +22,7 @@ import (
 // TestConfigurationReference -update-docs).
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/configuration.md's generated table")
 
-//go:generate go test -run TestConfigurationReference -update-docs .
+//go:generate go test -run TestConfigurationReference|TestChartServeFlags -update-docs .
 
 // serveFlagSet is serve's flags as registered, with no environment.
 func serveFlagSet() *pflag.FlagSet {
@@ -175,6 +175,35 @@ func configurationReference() string {
 	})
 	b.WriteString(referenceEnd)
 	return b.String()
+}
+
+// serveFlagNames is the chart's list of serve's flags (its settings
+// value refuses other names), one a line.
+func serveFlagNames() string {
+	var b strings.Builder
+	serveFlagSet().VisitAll(func(f *pflag.Flag) {
+		if !flagEnvSkipped(f.Name) {
+			b.WriteString(f.Name + "\n")
+		}
+	})
+	return b.String()
+}
+
+// The chart's list of serve flags is the one the code generates.
+func TestChartServeFlags(t *testing.T) {
+	const path = "../../deploy/helm/leasehold/files/serve-flags.txt"
+	want := serveFlagNames()
+	got, err := os.ReadFile(path)
+	if err == nil && string(got) == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s is out of date (%v): run go generate ./cmd/leasehold", path, err)
 }
 
 // docs/configuration.md's reference table is the one the code generates.
