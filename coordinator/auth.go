@@ -112,6 +112,26 @@ func (a *authenticator) authenticateStream(ctx context.Context) (context.Context
 // was revoked while it ran.
 var errRevokedDuringStream = errors.New("the stream's principal was revoked")
 
+// errStreamRevoked is how such a stream ends: its credential is no longer
+// valid (UNAUTHENTICATED), not a call the client cancelled.
+var errStreamRevoked = statusError(codes.Unauthenticated, ReasonUnauthenticated,
+	"the API key or certificate of this stream was revoked")
+
+// streamInterceptor is the stream auth interceptor: authenticateStream,
+// then the handler on the authenticated context; a stream ended because
+// its principal was revoked answers errStreamRevoked.
+func (a *authenticator) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	ctx, err := a.authenticateStream(ss.Context())
+	if err != nil {
+		return err
+	}
+	err = h(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	if err != nil && errors.Is(context.Cause(ctx), errRevokedDuringStream) {
+		return errStreamRevoked
+	}
+	return err
+}
+
 // watch cancels ctx when the principal stops being valid. It returns when
 // ctx ends (the stream ended).
 func (a *authenticator) watch(ctx context.Context, cancel context.CancelCauseFunc, p *store.Principal) {

@@ -998,7 +998,8 @@ func TestAuthNoneRunsAsTheConfiguredTenant(t *testing.T) {
 }
 
 // TestAStreamEndsWhenItsKeyIsRevoked: a Connect stream opened with a key
-// that is then revoked is ended, not left running for hours.
+// that is then revoked is ended, not left running for hours, with
+// UNAUTHENTICATED.
 func TestAStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
 	t.Parallel()
 	e := newAuthEnv(t, func(cfg *Config) { cfg.AuthCacheTTL = 200 * time.Millisecond })
@@ -1028,8 +1029,8 @@ func TestAStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
 	}()
 	select {
 	case err := <-ended:
-		if status.Code(err) == codes.OK {
-			t.Errorf("the stream ended with %v", err)
+		if status.Code(err) != codes.Unauthenticated || reasonOf(err) != ReasonUnauthenticated {
+			t.Errorf("the stream ended with %v; want UNAUTHENTICATED (its credential is gone, not the call cancelled)", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream of a revoked key still runs after 5s")
@@ -1045,4 +1046,39 @@ func reflectionListRequest() proto.Message {
 	fd := m.Descriptor().Fields().ByName("list_services")
 	m.Set(fd, protoreflect.ValueOfString("*"))
 	return m.Interface()
+}
+
+// TestIdempotencyConflictsRevealNothingOutsideTheScope: a request id used
+// in a queue outside a scoped producer's queues conflicts exactly as one
+// used in its own queue does — same code, reason, message and details,
+// with no job id, queue or fingerprint — so the answer says only that the
+// id is taken in the tenant, never where or for what.
+func TestIdempotencyConflictsRevealNothingOutsideTheScope(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx := t.Context()
+	allKey, _ := e.key(tenantA, store.RoleProducer)
+	scopedKey, _ := e.key(tenantA, store.RoleProducer, "a.*")
+	all := leaseholdv1.NewJobServiceClient(e.dial(allKey))
+	scoped := leaseholdv1.NewJobServiceClient(e.dial(scopedKey))
+	if _, err := all.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "outside", Job: &leaseholdv1.JobSpec{Queue: "q1", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "inside", Job: &leaseholdv1.JobSpec{Queue: "a.one", Kind: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, outside := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "outside", Job: &leaseholdv1.JobSpec{Queue: "a.two", Kind: "k"}})
+	_, inside := scoped.CreateJob(ctx, &leaseholdv1.CreateJobRequest{RequestId: "inside", Job: &leaseholdv1.JobSpec{Queue: "a.two", Kind: "k"}})
+	if status.Code(outside) != codes.AlreadyExists || reasonOf(outside) != ReasonIdempotencyConflict {
+		t.Fatalf("a request id used outside the scope: %v; want ALREADY_EXISTS %s", outside, ReasonIdempotencyConflict)
+	}
+	so, si := status.Convert(outside).Proto(), status.Convert(inside).Proto()
+	if !proto.Equal(so, si) {
+		t.Errorf("the conflict outside the scope answers %v; inside it %v: they must be the same", so, si)
+	}
+	for _, leak := range []string{"q1", "outside"} {
+		if strings.Contains(so.String(), leak) {
+			t.Errorf("the conflict answer %v mentions %q", so, leak)
+		}
+	}
 }

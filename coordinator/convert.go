@@ -239,6 +239,7 @@ func toQueuePolicy(p *store.QueuePolicy) *leaseholdv1.QueuePolicy {
 			RetryableErrorCodes:    p.Retry.RetryableErrorCodes,
 			NonRetryableErrorCodes: p.Retry.NonRetryableErrorCodes,
 			TotalRetryDeadline:     dur(p.Retry.TotalRetryDeadline),
+			Backoff:                toBackoff(p.Retry.Backoff),
 		},
 		DefaultLeaseDuration: dur(p.DefaultLeaseDuration),
 		ConcurrencyLimit:     p.ConcurrencyLimit,
@@ -299,4 +300,11 @@ func toRateLimit(r store.RateLimit) *leaseholdv1.RateLimit {
 		return nil
 	}
 	return &leaseholdv1.RateLimit{Starts: r.Starts, Interval: dur(r.Interval), PerKey: r.PerKey}
+}
+
+func toBackoff(b store.Backoff) leaseholdv1.RetryBackoff {
+	if b == store.BackoffDecorrelated {
+		return leaseholdv1.RetryBackoff_RETRY_BACKOFF_DECORRELATED
+	}
+	return leaseholdv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL
 }

@@ -127,10 +127,10 @@ func (c *Coordinator) probeStore(ctx context.Context) {
 			engine, slog.String("error", err.Error()))
 	case summary:
 		c.log.WarnContext(ctx, "store still unreachable; readiness is NOT_SERVING",
-			engine, slog.Duration("down_for", now.Sub(since)), slog.Int("failed_probes", failed), slog.String("error", err.Error()))
+			engine, slog.Duration("down_for", now.Sub(since).Round(time.Millisecond)), slog.Int("failed_probes", failed), slog.String("error", err.Error()))
 	case err == nil && was != nil:
 		c.log.InfoContext(ctx, "store reachable again; readiness is SERVING",
-			engine, slog.Duration("down_for", now.Sub(since)), slog.Int("failed_probes", failed))
+			engine, slog.Duration("down_for", now.Sub(since).Round(time.Millisecond)), slog.Int("failed_probes", failed))
 	}
 	c.publishHealth()
 }

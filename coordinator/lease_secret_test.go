@@ -3,7 +3,11 @@ package coordinator
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -45,8 +49,9 @@ func TestLeaseSecretsDifferPerLease(t *testing.T) {
 	}
 }
 
-// FuzzLeaseToken: decoding any token never panics, and accepts exactly the
-// tokens whose secret is the signer's for their fields.
+// FuzzLeaseToken: decoding any token never panics, refuses a malformed job
+// id as invalid, and accepts exactly the tokens whose secret is the
+// signer's for their fields.
 func FuzzLeaseToken(f *testing.F) {
 	s := testSigner()
 	good := store.LeaseToken{JobID: "0190c3a4-7b2e-7d1a-9c4f-2b6e8d0a1f33", Generation: 1, WorkerID: "w"}
@@ -63,6 +68,12 @@ func FuzzLeaseToken(f *testing.F) {
 			if !errors.As(err, &inv) || inv.Field != "token.secret" {
 				t.Fatalf("no secret: %v, want token.secret invalid", err)
 			}
+		case jobIDErr(jobID) != nil:
+			// The id's shape is checked before the secret.
+			var inv *store.InvalidError
+			if !errors.As(err, &inv) || inv.Field != "token.job_id" {
+				t.Fatalf("malformed job id %q: %v, want token.job_id invalid", jobID, err)
+			}
 		case bytes.Equal(secret, s.sign(want)):
 			if err != nil || tok != want {
 				t.Fatalf("signed token: %+v, %v", tok, err)
@@ -74,3 +85,22 @@ func FuzzLeaseToken(f *testing.F) {
 		}
 	})
 }
+
+// A token whose job id is malformed is INVALID_ARGUMENT naming the field,
+// even when its secret is the one its (malformed) values sign to.
+func TestAMalformedTokenJobIDIsInvalidWhateverItsSecret(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"not-a-job-id", "0191D9C8-3F1E-7A2B-9C4D-5E6F7A8B9C0D0", "{0191d9c8-3f1e-7a2b-9c4d-5e6f7a8b9c0d}"} {
+		tok := store.LeaseToken{JobID: id, Generation: 1, WorkerID: "w"}
+		req := &leaseholdv1.CompleteRequest{Token: &leaseholdv1.LeaseToken{
+			JobId: id, LeaseGeneration: 1, WorkerId: "w", Secret: testValidator.leases.sign(tok),
+		}}
+		_, err := testValidator.Complete(req)
+		st := toStatus(t.Context(), nil, err)
+		if status.Code(st) != codes.InvalidArgument || !slices.Contains(fieldViolations(st), "token.job_id") {
+			t.Errorf("job_id %q with its valid secret: %v (fields %v); want INVALID_ARGUMENT on token.job_id", id, st, fieldViolations(st))
+		}
+	}
+}
+
+func jobIDErr(id string) error { return jobID("job_id", id) }

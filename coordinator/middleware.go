@@ -64,7 +64,9 @@ const (
 // preauth.go), so that a caller without a valid credential is throttled
 // too; auth (skipped by a selector for health and reflection, which
 // are public) resolves the caller and checks the method's permission
-// before any handler runs; the rate limits, after auth so that buckets are
+// before any handler runs; a request the codec could not decode is then
+// refused INVALID_ARGUMENT (request_codec.go); the rate limits, after auth
+// so that buckets are
 // per principal; the load shedder, so that only admitted calls wait for
 // store work; the unary deadline applies to the handler only; recovery
 // is innermost so a panic becomes INTERNAL and is still logged by the
@@ -120,11 +122,16 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 		// smaller buffers would save no memory and cost syscalls under
 		// load (in bench idle, 8 and 16 KiB buffers changed nothing beyond
 		// noise). The windows are credit, not memory held.
+		// Requests that do not decode are INVALID_ARGUMENT, not grpc-go's
+		// INTERNAL (request_codec.go).
+		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainUnaryInterceptor(
+			forgetUndecodable,
 			noteUnary,
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			c.preAuthUnary,
 			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(c.auth.authenticate), needsAuth),
+			checkDecodedUnary,
 			selector.UnaryServerInterceptor(c.rateLimitUnary(c.unaryLimit), needsAuth),
 			selector.UnaryServerInterceptor(c.shedder.unary(), needsAuth),
 			c.deadlineUnary(),
@@ -135,7 +142,8 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 			logging.StreamServerInterceptor(logger, logOpts...),
 			c.limitHealthWatch,
 			c.preAuthStream,
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(c.auth.authenticateStream), needsAuth),
+			selector.StreamServerInterceptor(c.auth.streamInterceptor, needsAuth),
+			checkDecodedStream,
 			selector.StreamServerInterceptor(c.rateLimitStream(c.streamLimit), needsAuth),
 			recovery.StreamServerInterceptor(recoveryOpt),
 		),

@@ -179,6 +179,12 @@ func decodeToken(field string, t *leaseholdv1.LeaseToken) (store.LeaseToken, err
 	if len(t.GetSecret()) == 0 {
 		return store.LeaseToken{}, store.Invalid(field+".secret", "is required: send the token as the lease gave it")
 	}
+	// The shape of the id is checked before the secret: a malformed id
+	// is a caller's mistake (INVALID_ARGUMENT naming the field) whatever
+	// the secret, and saying so reveals nothing about any lease.
+	if err := jobID(field+".job_id", t.GetJobId()); err != nil {
+		return store.LeaseToken{}, err
+	}
 	return store.LeaseToken{JobID: t.GetJobId(), Generation: t.GetLeaseGeneration(), WorkerID: t.GetWorkerId()}, nil
 }
 
@@ -667,6 +673,15 @@ func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (s
 	if rp != nil && rp.JitterFraction != nil {
 		jitter = rp.GetJitterFraction()
 	}
+	var backoff store.Backoff
+	switch rp.GetBackoff() {
+	case leaseholdv1.RetryBackoff_RETRY_BACKOFF_UNSPECIFIED, leaseholdv1.RetryBackoff_RETRY_BACKOFF_EXPONENTIAL:
+		backoff = store.BackoffExponential
+	case leaseholdv1.RetryBackoff_RETRY_BACKOFF_DECORRELATED:
+		backoff = store.BackoffDecorrelated
+	default:
+		return store.QueuePolicy{}, store.Invalid("policy.retry.backoff", "must be a known RetryBackoff")
+	}
 	qp := store.QueuePolicy{
 		Queue: p.GetQueue(),
 		Retry: store.RetryPolicy{
@@ -678,6 +693,7 @@ func (v validator) UpdateQueuePolicy(r *leaseholdv1.UpdateQueuePolicyRequest) (s
 			RetryableErrorCodes:    rp.GetRetryableErrorCodes(),
 			NonRetryableErrorCodes: rp.GetNonRetryableErrorCodes(),
 			TotalRetryDeadline:     deadline,
+			Backoff:                backoff,
 		},
 		DefaultLeaseDuration: lease,
 		ConcurrencyLimit:     p.GetConcurrencyLimit(),

@@ -203,6 +203,27 @@ func TestPolicyJitterUnsetMeansDefaultAndZeroMeansNone(t *testing.T) {
 	}
 }
 
+func TestPolicyBackoffDecodesAndRoundTrips(t *testing.T) {
+	unset, err := testValidator.UpdateQueuePolicy(&leaseholdv1.UpdateQueuePolicyRequest{Policy: &leaseholdv1.QueuePolicy{Queue: "q"}})
+	if err != nil || unset.Retry.Backoff != store.BackoffExponential {
+		t.Fatalf("unset backoff = %q, %v; want exponential", unset.Retry.Backoff, err)
+	}
+	dec, err := testValidator.UpdateQueuePolicy(&leaseholdv1.UpdateQueuePolicyRequest{Policy: &leaseholdv1.QueuePolicy{
+		Queue: "q", Retry: &leaseholdv1.RetryPolicy{Backoff: leaseholdv1.RetryBackoff_RETRY_BACKOFF_DECORRELATED},
+	}})
+	if err != nil || dec.Retry.Backoff != store.BackoffDecorrelated ||
+		toQueuePolicy(&dec).GetRetry().GetBackoff() != leaseholdv1.RetryBackoff_RETRY_BACKOFF_DECORRELATED {
+		t.Fatalf("decorrelated = %q, %v", dec.Retry.Backoff, err)
+	}
+	_, err = testValidator.UpdateQueuePolicy(&leaseholdv1.UpdateQueuePolicyRequest{Policy: &leaseholdv1.QueuePolicy{
+		Queue: "q", Retry: &leaseholdv1.RetryPolicy{Backoff: 42},
+	}})
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "policy.retry.backoff" {
+		t.Fatalf("unknown backoff: %v, want a violation of policy.retry.backoff", err)
+	}
+}
+
 func TestPageSizeFollowsAIP158(t *testing.T) {
 	for _, tc := range []struct {
 		in      int32

@@ -290,6 +290,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
   say "serve accepts every flag the chart passes"
 fi
+# The same for the bootstrap Job's `key create` (templates/bootstrap-job.yaml).
+help="$(podman run --rm "${run_opts[@]}" "$image" key create -h 2>&1 || true)"
+missing=()
+for flag in $(grep -oE -- '- --[a-z][a-z-]*' deploy/helm/leasehold/templates/bootstrap-job.yaml | sed 's/^- --//' | sort -u); do
+  grep -qE "^ +(-[a-z], )?--$flag( |\$)" <<<"$help" || missing+=("--$flag")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  note "key create does not accept ${missing[*]}, which the chart's bootstrap Job passes"
+else
+  say "key create accepts every flag the bootstrap Job passes"
+fi
 
 # 2. serve on the embedded SQLite default (./leasehold.db in /data).
 port="$(free_port)"

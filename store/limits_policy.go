@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -129,11 +130,12 @@ func RateStarts(p QueuePolicy, keys []string) map[string]int64 {
 // limits and default dependency: one column, so both engines store the
 // same text.
 type queueLimitsJSON struct {
-	KeyConcurrencyLimit int32  `json:"key_concurrency_limit,omitempty"`
-	RateStarts          int32  `json:"rate_starts,omitempty"`
-	RateIntervalMicros  int64  `json:"rate_interval_us,omitempty"`
-	RatePerKey          bool   `json:"rate_per_key,omitempty"`
-	DefaultDependency   string `json:"default_dependency,omitempty"`
+	KeyConcurrencyLimit int32   `json:"key_concurrency_limit,omitempty"`
+	RateStarts          int32   `json:"rate_starts,omitempty"`
+	RateIntervalMicros  int64   `json:"rate_interval_us,omitempty"`
+	RatePerKey          bool    `json:"rate_per_key,omitempty"`
+	DefaultDependency   string  `json:"default_dependency,omitempty"`
+	RetryBackoff        Backoff `json:"retry_backoff,omitempty"`
 }
 
 // EncodeQueueLimits is the stored form of p's per-key and rate limits.
@@ -141,7 +143,7 @@ func EncodeQueueLimits(p QueuePolicy) string {
 	b, err := json.Marshal(queueLimitsJSON{
 		KeyConcurrencyLimit: p.KeyConcurrencyLimit, RateStarts: p.RateLimit.Starts,
 		RateIntervalMicros: p.RateLimit.Interval.Microseconds(), RatePerKey: p.RateLimit.PerKey,
-		DefaultDependency: p.DefaultDependency,
+		DefaultDependency: p.DefaultDependency, RetryBackoff: p.Retry.Backoff,
 	})
 	if err != nil {
 		panic("store: unencodable queue limits: " + err.Error())
@@ -159,5 +161,6 @@ func DecodeQueueLimits(s string, p *QueuePolicy) error {
 	p.KeyConcurrencyLimit = l.KeyConcurrencyLimit
 	p.RateLimit = RateLimit{Starts: l.RateStarts, Interval: time.Duration(l.RateIntervalMicros) * time.Microsecond, PerKey: l.RatePerKey}
 	p.DefaultDependency = l.DefaultDependency
+	p.Retry.Backoff = cmp.Or(l.RetryBackoff, BackoffExponential)
 	return nil
 }

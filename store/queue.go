@@ -16,7 +16,23 @@ type RetryPolicy struct {
 	NonRetryableErrorCodes []string
 	// TotalRetryDeadline is the time budget from creation; 0 means none.
 	TotalRetryDeadline time.Duration
+	// Backoff chooses the delay formula (NextRetryDelay): "" or
+	// BackoffExponential, or BackoffDecorrelated.
+	Backoff Backoff
 }
+
+// Backoff names a retry delay formula.
+type Backoff string
+
+// The backoff formulas.
+const (
+	// BackoffExponential: min(MaxDelay, InitialDelay × Multiplier^(n-1)),
+	// plus JitterFraction of it at random.
+	BackoffExponential Backoff = "exponential"
+	// BackoffDecorrelated: min(MaxDelay, random between InitialDelay and
+	// 3 × the previous delay) ("decorrelated jitter").
+	BackoffDecorrelated Backoff = "decorrelated"
+)
 
 // QueuePolicy is the configuration of one queue.
 type QueuePolicy struct {

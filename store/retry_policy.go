@@ -31,6 +31,7 @@ func (r RetryPolicy) WithDefaults() RetryPolicy {
 	r.InitialDelay = cmp.Or(r.InitialDelay, RetryInitialDelayDefault)
 	r.MaxDelay = cmp.Or(r.MaxDelay, RetryMaxDelayDefault)
 	r.Multiplier = cmp.Or(r.Multiplier, RetryMultiplierDefault)
+	r.Backoff = cmp.Or(r.Backoff, BackoffExponential)
 	r.RetryableErrorCodes = slices.Clone(r.RetryableErrorCodes)
 	r.NonRetryableErrorCodes = slices.Clone(r.NonRetryableErrorCodes)
 	return r
@@ -55,6 +56,8 @@ func (p QueuePolicy) Validate() error {
 		return Invalid("policy.retry.jitter_fraction", "must be in [0, 1]")
 	case r.TotalRetryDeadline < 0 || r.TotalRetryDeadline > RetryDelayMax:
 		return Invalid("policy.retry.total_retry_deadline", "must be between 0 and 30 days")
+	case r.Backoff != BackoffExponential && r.Backoff != BackoffDecorrelated:
+		return Invalid("policy.retry.backoff", "must be exponential or decorrelated")
 	case len(r.RetryableErrorCodes) > 64 || len(r.NonRetryableErrorCodes) > 64:
 		return Invalid("policy.retry", "at most 64 error codes per list")
 	}
@@ -106,14 +109,28 @@ func (r RetryPolicy) Retryable(e JobError) bool {
 }
 
 // NextRetryDelay is the delay before the next attempt after attempt number
-// `attempt` (1-based) failed:
+// `attempt` (1-based) failed. With BackoffExponential (the default):
 //
 //	base  = min(MaxDelay, InitialDelay × Multiplier^(attempt-1))
 //	delay = base + base × JitterFraction × rnd   (rnd in [0, 1))
 //
+// With BackoffDecorrelated ("decorrelated jitter"), growing from prev, the
+// delay the previous failed attempt was retried after (0 for none):
+//
+//	delay = min(MaxDelay, InitialDelay + rnd × (3 × max(prev, InitialDelay) − InitialDelay))
+//
 // and retryAfter instead when it is longer. rnd comes from the store's
 // injectable random source so tests can pin it.
-func NextRetryDelay(r RetryPolicy, attempt int32, retryAfter time.Duration, rnd float64) time.Duration {
+func NextRetryDelay(r RetryPolicy, attempt int32, prev, retryAfter time.Duration, rnd float64) time.Duration {
+	if r.Backoff == BackoffDecorrelated {
+		lo := float64(r.InitialDelay)
+		hi := 3 * math.Max(float64(prev), lo)
+		d := lo + rnd*(hi-lo)
+		if d > float64(r.MaxDelay) || math.IsInf(d, 0) || math.IsNaN(d) {
+			d = float64(r.MaxDelay)
+		}
+		return max(time.Duration(d), retryAfter)
+	}
 	exp := float64(max(attempt-1, 0))
 	base := float64(r.InitialDelay) * math.Pow(r.Multiplier, exp)
 	if base > float64(r.MaxDelay) || math.IsInf(base, 0) || math.IsNaN(base) {
@@ -127,21 +144,25 @@ func NextRetryDelay(r RetryPolicy, attempt int32, retryAfter time.Duration, rnd 
 type RetryDecision struct {
 	State       JobState // queued, failed or dead
 	AvailableAt time.Time
+	// Delay is the backoff chosen when State is queued.
+	Delay time.Duration
 }
 
 // DecideRetry applies the policy to a failed attempt. attempts is the job's
 // attempts count including the failed one; maxAttempts the job's budget;
-// deadline the job's RetryDeadline (zero for none).
-func DecideRetry(r RetryPolicy, e JobError, attempts, maxAttempts int32, deadline, now time.Time, retryAfter time.Duration, rnd float64) RetryDecision {
+// deadline the job's RetryDeadline (zero for none); prev the delay the
+// previous failed attempt was retried after (decorrelated backoff).
+func DecideRetry(r RetryPolicy, e JobError, attempts, maxAttempts int32, deadline, now time.Time, prev, retryAfter time.Duration, rnd float64) RetryDecision {
 	if !r.Retryable(e) {
 		return RetryDecision{State: JobStateFailed}
 	}
 	if attempts >= maxAttempts {
 		return RetryDecision{State: JobStateDead}
 	}
-	next := now.Add(NextRetryDelay(r, attempts, retryAfter, rnd))
+	delay := NextRetryDelay(r, attempts, prev, retryAfter, rnd)
+	next := now.Add(delay)
 	if !deadline.IsZero() && next.After(deadline) {
 		return RetryDecision{State: JobStateDead}
 	}
-	return RetryDecision{State: JobStateQueued, AvailableAt: next}
+	return RetryDecision{State: JobStateQueued, AvailableAt: next, Delay: delay}
 }

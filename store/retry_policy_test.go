@@ -40,7 +40,7 @@ func TestNextRetryDelay(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := store.NextRetryDelay(tc.policy, tc.attempt, tc.retryAfter, tc.rnd)
+			got := store.NextRetryDelay(tc.policy, tc.attempt, 0, tc.retryAfter, tc.rnd)
 			if d := got - tc.want; d > time.Microsecond || d < -time.Microsecond {
 				t.Fatalf("NextRetryDelay(attempt %d, retry-after %s, rnd %v) = %s, want %s", tc.attempt, tc.retryAfter, tc.rnd, got, tc.want)
 			}
@@ -53,8 +53,8 @@ func TestNextRetryDelayIsMonotonicAndBounded(t *testing.T) {
 	p := store.RetryPolicy{InitialDelay: 300 * time.Millisecond, MaxDelay: 7 * time.Minute, Multiplier: 1.7, JitterFraction: 0.3}
 	prev := time.Duration(0)
 	for attempt := int32(1); attempt <= store.MaxAttemptsMax; attempt++ {
-		lo := store.NextRetryDelay(p, attempt, 0, 0)
-		hi := store.NextRetryDelay(p, attempt, 0, math.Nextafter(1, 0))
+		lo := store.NextRetryDelay(p, attempt, 0, 0, 0)
+		hi := store.NextRetryDelay(p, attempt, 0, 0, math.Nextafter(1, 0))
 		if lo < prev {
 			t.Fatalf("attempt %d: delay %s shrank from %s", attempt, lo, prev)
 		}
@@ -119,7 +119,7 @@ func TestDecideRetry(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := store.DecideRetry(p, tc.err, tc.attempts, tc.maxAttempts, tc.deadline, now, tc.retryAfter, 0)
+			got := store.DecideRetry(p, tc.err, tc.attempts, tc.maxAttempts, tc.deadline, now, 0, tc.retryAfter, 0)
 			if got.State != tc.want.State || !got.AvailableAt.Equal(tc.want.AvailableAt) {
 				t.Fatalf("DecideRetry = %+v, want %+v", got, tc.want)
 			}
@@ -172,5 +172,34 @@ func TestQueuePolicyDefaultsAndValidate(t *testing.T) {
 		if err := p.Validate(); !isInvalid(err) {
 			t.Errorf("policy with a bad %s: Validate() = %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+func TestNextRetryDelayDecorrelated(t *testing.T) {
+	t.Parallel()
+	p := store.RetryPolicy{InitialDelay: time.Second, MaxDelay: time.Minute, Backoff: store.BackoffDecorrelated, Multiplier: 7, JitterFraction: 1}
+	for _, tc := range []struct {
+		prev, retryAfter time.Duration
+		rnd              float64
+		want             time.Duration
+	}{
+		{0, 0, 0, time.Second},                               // first failure: the floor
+		{0, 0, 0.5, 2 * time.Second},                         // 1 + 0.5 × (3 − 1)
+		{10 * time.Second, 0, 0.5, 15500 * time.Millisecond}, // 1 + 0.5 × (30 − 1)
+		{50 * time.Second, 0, 0.9, time.Minute},              // capped
+		{0, 5 * time.Second, 0, 5 * time.Second},             // retry-after wins when longer
+	} {
+		if got := store.NextRetryDelay(p, 3, tc.prev, tc.retryAfter, tc.rnd); got != tc.want {
+			t.Errorf("prev %s, retry-after %s, rnd %v: %s, want %s", tc.prev, tc.retryAfter, tc.rnd, got, tc.want)
+		}
+	}
+	// The total retry deadline still holds.
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := store.DecideRetry(p.WithDefaults(), store.JobError{Code: "x", Retryable: true}, 2, 10, now.Add(5*time.Second), now, 10*time.Second, 0, 0.5)
+	if d.State != store.JobStateDead {
+		t.Errorf("a decorrelated delay past the deadline: %+v, want dead", d)
+	}
+	if err := (store.QueuePolicy{Queue: "q", Retry: store.RetryPolicy{Backoff: "linear"}}).WithDefaults().Validate(); err == nil {
+		t.Error("an unknown backoff was accepted")
 	}
 }

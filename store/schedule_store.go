@@ -147,6 +147,9 @@ type FireSchedulesResult struct {
 	Now time.Time
 	// More is true when the pass handled Limit schedules: more may be due.
 	More bool
+	// NextTick is, when nothing was due, the earliest tick of any
+	// schedule (zero when none has one): when the next pass has work.
+	NextTick time.Time
 }
 
 // DueSchedule is a due schedule as the engine read it, with what the

@@ -15,6 +15,10 @@ type Held struct {
 	// Now is the instant the report is judged at (the caller's Now, or the
 	// store's clock).
 	Now time.Time
+	// PrevRetryDelay is the delay the job's previous failed attempt was
+	// retried after (its attempt record's; 0 for none), for decorrelated
+	// backoff.
+	PrevRetryDelay time.Duration
 }
 
 // Transition is one decided move of a leased job out of its lease: the new
@@ -38,6 +42,9 @@ type Transition struct {
 	// AttemptError as its error.
 	Outcome      AttemptOutcome
 	AttemptError *JobError
+	// RetryDelay is the backoff of a failed attempt retried (QUEUED),
+	// kept in its attempt record; 0 otherwise.
+	RetryDelay time.Duration
 	// Events are appended in order after the job's newest event.
 	Events []NewEvent
 }
@@ -123,7 +130,7 @@ func DecideComplete(h Held, tok LeaseToken, result []byte) Transition {
 // ends CANCELLED (RUN_FAILED, then CANCELLED). rnd is the jitter factor.
 func DecideFailure(policy RetryPolicy, h Held, tok LeaseToken, e JobError, retryAfter time.Duration, rnd float64) Transition {
 	j := h.Job
-	d := DecideRetry(policy, e, j.Attempts, j.MaxAttempts, j.RetryDeadline, h.Now, retryAfter, rnd)
+	d := DecideRetry(policy, e, j.Attempts, j.MaxAttempts, j.RetryDeadline, h.Now, h.PrevRetryDelay, retryAfter, rnd)
 	runFailed := withError(holder(tok, "attempt", j.Attempts), e)
 	t := Transition{State: d.State, LastError: &e, Outcome: AttemptFailed, AttemptError: &e}
 	switch {
@@ -134,7 +141,7 @@ func DecideFailure(policy RetryPolicy, h Held, tok LeaseToken, e JobError, retry
 			{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", h.CancelReason, "by", "retry")...)},
 		}
 	case d.State == JobStateQueued:
-		t.AvailableAt = d.AvailableAt.UTC().Truncate(time.Microsecond)
+		t.AvailableAt, t.RetryDelay = d.AvailableAt.UTC().Truncate(time.Microsecond), d.Delay
 		t.Events = []NewEvent{{Type: EventRunFailed, Data: eventJSON(append(runFailed, "available_at", t.AvailableAt)...)}}
 	case d.State == JobStateFailed:
 		t.Events = []NewEvent{{Type: EventFailed, Data: eventJSON(runFailed...)}}

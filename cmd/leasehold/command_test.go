@@ -112,7 +112,7 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	// serve and migrate do not talk to a coordinator: their help leaves the
 	// global flags out.
-	if r := runCLI(t, "serve", "-h"); r.code != exitOK || !strings.Contains(r.stdout, "--listen") || strings.Contains(r.stdout, "--addr") {
+	if r := runCLI(t, "serve", "-h"); r.code != exitOK || !strings.Contains(r.stdout, "--listen") || strings.Contains(r.stdout, "--addr string") {
 		t.Errorf("serve -h: exit %d, stdout:\n%s", r.code, r.stdout)
 	}
 	if r := runCLI(t, "--version"); r.code != exitOK || r.stdout != "leasehold "+Version+"\n" {

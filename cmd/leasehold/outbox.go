@@ -211,11 +211,7 @@ func (c *cli) runRelay(ctx context.Context, f *relayFlags) error {
 	}
 	// Check the flags before connecting anywhere (Source and Client are
 	// filled in below).
-	if err := func() error {
-		probe := cfg.WithDefaults()
-		probe.Source, probe.Client = &pgxpool.Pool{}, leaseholdv1.NewJobServiceClient(nil)
-		return probe.Validate()
-	}(); err != nil {
+	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usagef("%v", err)
 	}
 	poolCfg, err := pgxpool.ParseConfig(f.outbox.databaseURL)

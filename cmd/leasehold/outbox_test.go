@@ -53,3 +53,15 @@ func TestOutboxInstallAndUninstall(t *testing.T) {
 		t.Fatalf("relay without a URL: %+v", r)
 	}
 }
+
+func TestRelayRefusesBadSettingsBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--workers", "65"}, {"--batch-size", "1001"}, {"--poll-interval", "1ms"}, {"--schema", "public"},
+	} {
+		r := runCLI(t, append([]string{"relay", "--source-database-url", "postgres://nowhere.invalid/x"}, args...)...)
+		if r.code != 2 {
+			t.Errorf("relay %v: exit %d, want 2 (usage):\n%s", args, r.code, r.stderr)
+		}
+	}
+}

@@ -402,6 +402,7 @@ func policyFields(p *leaseholdv1.QueuePolicy) [][2]string {
 		{"Max delay", formatDuration(r.GetMaxDelay())},
 		{"Multiplier", strconv.FormatFloat(r.GetMultiplier(), 'g', -1, 64)},
 		{"Jitter", jitter},
+		{"Backoff", strings.ToLower(strings.TrimPrefix(r.GetBackoff().String(), "RETRY_BACKOFF_"))},
 		{"Retryable codes", strings.Join(r.GetRetryableErrorCodes(), ",")},
 		{"Non-retryable codes", strings.Join(r.GetNonRetryableErrorCodes(), ",")},
 		{"Total retry deadline", deadline},

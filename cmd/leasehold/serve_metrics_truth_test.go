@@ -28,9 +28,8 @@ type sqlCount struct {
 // and reads the same counts with SQL all along: every scraped queue gauge
 // lies within the SQL counts of the window from one second (the gauges'
 // cache) before the scrape to its end, give or take one dispatch round.
-// (With the former 5 s cache, a Prometheus scraping every second saw 48 of
-// 102 samples match, the worst off by 46 jobs.) Once the queue has
-// drained, its gauges read 0 rather than disappearing.
+// (The former 5 s cache failed this.) Once the queue has drained, its
+// gauges read 0 rather than disappearing.
 func TestServeMetricsEqualTheDatabase(t *testing.T) {
 	t.Parallel()
 	const queue, capacity = "flow", 4

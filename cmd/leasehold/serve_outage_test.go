@@ -95,9 +95,9 @@ func (p *cutProxy) restore() {
 }
 
 // A database outage on an idle coordinator: one Warn when it starts, one
-// Info when it ends, and nothing else at Warn (it was 61 Warn lines in
-// 25 s: every reaper pass, every readiness probe and both notification
-// listeners); the JSON log writes durations as strings.
+// Info when it ends, and nothing else at Warn (it was a Warn per reaper
+// pass, per readiness probe and per notification listener); the JSON log
+// writes durations as strings.
 func TestServeLogsADatabaseOutageOnce(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.MigratedSchema(t)

@@ -10,6 +10,7 @@ package scheduler
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -17,9 +18,15 @@ import (
 	"github.com/leasehold/leasehold/store"
 )
 
-// PollIntervalDefault is how often a scheduler looks for due schedules:
-// a tick's lag is at most about this plus one pass.
-const PollIntervalDefault = 200 * time.Millisecond
+// PollIntervalDefault is the longest a scheduler waits between passes.
+// It sleeps until the earliest known tick when that comes sooner, so this
+// bounds only how late it sees a schedule created or changed on another
+// coordinator, and what an idle coordinator costs: one transaction each.
+const PollIntervalDefault = time.Second
+
+// passGapMin keeps a scheduler from spinning on a due schedule that
+// another coordinator holds locked while it fires it.
+const passGapMin = 20 * time.Millisecond
 
 // Config configures a Scheduler.
 type Config struct {
@@ -27,8 +34,8 @@ type Config struct {
 	Store store.Store
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// PollInterval between passes that found nothing more to do. Default
-	// PollIntervalDefault.
+	// PollInterval is the longest wait between passes (see
+	// PollIntervalDefault). Default PollIntervalDefault.
 	PollInterval time.Duration
 	// Batch bounds the schedules of one transaction; 0 is the store's
 	// default.
@@ -81,22 +88,45 @@ func (s *Scheduler) Start(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			more, err := s.RunOnce(ctx)
+			res, err := s.pass(ctx)
 			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "schedule pass failed; retrying next interval", slog.String("error", err.Error()))
+				// An unreachable database is the readiness probe's news,
+				// logged once; a pass per interval would repeat it.
+				level := slog.LevelWarn
+				if errors.Is(err, store.ErrUnreachable) {
+					level = slog.LevelDebug
+				}
+				s.log.Log(ctx, level, "schedule pass failed; retrying next interval", slog.String("error", err.Error()))
 			}
-			if more && err == nil {
-				t.Reset(0)
-			} else {
-				t.Reset(s.cfg.PollInterval)
-			}
+			t.Reset(nextWait(res, err, s.cfg.PollInterval))
 		}
 	}()
+}
+
+// nextWait is the pause after a pass: none while passes fire schedules
+// (the next one may find more, or the earliest tick after them), until
+// the earliest known tick when nothing was due, and never longer than
+// poll.
+func nextWait(res store.FireSchedulesResult, err error, poll time.Duration) time.Duration {
+	switch {
+	case err != nil:
+		return poll
+	case res.More || len(res.Schedules) > 0:
+		return 0
+	case res.NextTick.IsZero():
+		return poll
+	}
+	return min(poll, max(res.NextTick.Sub(res.Now), passGapMin))
 }
 
 // RunOnce fires one batch of due schedules and reports whether more may
 // be due.
 func (s *Scheduler) RunOnce(ctx context.Context) (bool, error) {
+	res, err := s.pass(ctx)
+	return res.More, err
+}
+
+func (s *Scheduler) pass(ctx context.Context) (store.FireSchedulesResult, error) {
 	var now time.Time
 	if s.cfg.Now != nil {
 		now = s.cfg.Now()
@@ -105,10 +135,10 @@ func (s *Scheduler) RunOnce(ctx context.Context) (bool, error) {
 		Limit: s.cfg.Batch, IdempotencyWindow: s.cfg.IdempotencyWindow, Now: now,
 	})
 	if err != nil {
-		return false, err
+		return store.FireSchedulesResult{}, err
 	}
 	if len(res.Schedules) > 0 && s.cfg.Fired != nil {
 		s.cfg.Fired(ctx, res)
 	}
-	return res.More, nil
+	return res, nil
 }

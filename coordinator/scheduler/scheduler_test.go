@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,4 +60,28 @@ func TestStartAndStop(t *testing.T) {
 	<-s.Started()
 	s.Stop()
 	s.Stop() // safe twice
+}
+
+func TestNextWaitSleepsUntilTheEarliestTickWithinThePoll(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	poll := time.Second
+	for _, tc := range []struct {
+		name string
+		res  store.FireSchedulesResult
+		err  error
+		want time.Duration
+	}{
+		{"failed pass", store.FireSchedulesResult{}, errors.New("down"), poll},
+		{"full batch", store.FireSchedulesResult{Now: now, More: true}, nil, 0},
+		{"fired some", store.FireSchedulesResult{Now: now, Schedules: []store.FiredSchedule{{}}}, nil, 0},
+		{"no schedules", store.FireSchedulesResult{Now: now}, nil, poll},
+		{"tick soon", store.FireSchedulesResult{Now: now, NextTick: now.Add(300 * time.Millisecond)}, nil, 300 * time.Millisecond},
+		{"tick later than the poll", store.FireSchedulesResult{Now: now, NextTick: now.Add(time.Hour)}, nil, poll},
+		{"due but locked elsewhere", store.FireSchedulesResult{Now: now, NextTick: now.Add(-time.Second)}, nil, passGapMin},
+	} {
+		if got := nextWait(tc.res, tc.err, poll); got != tc.want {
+			t.Errorf("%s: wait %s, want %s", tc.name, got, tc.want)
+		}
+	}
 }

@@ -126,15 +126,10 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks c after WithDefaults.
+// Validate checks c's settings after WithDefaults (New also requires
+// Source and Client).
 func (c Config) Validate() error {
 	var errs []error
-	if c.Source == nil {
-		errs = append(errs, errors.New("relay: Source is required"))
-	}
-	if c.Client == nil {
-		errs = append(errs, errors.New("relay: Client is required"))
-	}
 	if err := outbox.ValidateSchemaName(c.Schema); err != nil {
 		errs = append(errs, err)
 	}
@@ -186,6 +181,9 @@ func New(cfg Config) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Source == nil || cfg.Client == nil {
+		return nil, errors.New("relay: Source and Client are required")
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, q: newQueries(cfg.Schema)}
 	for range cfg.Workers {

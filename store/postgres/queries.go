@@ -495,7 +495,9 @@ const (
 	// by (tenant, id) alone, each token is one primary-key probe (a 32-
 	// token lock: 2.0 ms → 0.37 ms with 20,000 dead entries).
 	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
-		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at
+		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at,
+		coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
+			AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0)
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
 		WITH ORDINALITY AS r(tenant, id, owner, generation, now, ord)
 	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
@@ -560,13 +562,13 @@ const (
 	// qInsertAttemptsMulti records ended attempts, each with its own
 	// outcome and error ($9: whether $10–$12 are set).
 	qInsertAttemptsMulti = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at,
-		finished_at, outcome, error_code, error_message, error_retryable)
+		finished_at, outcome, error_code, error_message, error_retryable, retry_delay_ns)
 	SELECT u.tenant, u.job_id, u.attempt, u.generation, u.worker_id, u.claimed_at, u.at, u.outcome,
 	       CASE WHEN u.has_error THEN u.code END, CASE WHEN u.has_error THEN u.message END,
-	       CASE WHEN u.has_error THEN u.retryable END
+	       CASE WHEN u.has_error THEN u.retryable END, u.retry_delay
 	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[],
-		$7::timestamptz[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::bool[])
-		AS u(tenant, job_id, attempt, generation, worker_id, claimed_at, at, outcome, has_error, code, message, retryable)`
+		$7::timestamptz[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::bool[], $13::bigint[])
+		AS u(tenant, job_id, attempt, generation, worker_id, claimed_at, at, outcome, has_error, code, message, retryable, retry_delay)`
 
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
 	// was judged at.

@@ -83,16 +83,17 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 	out := make(map[int]store.Held, n)
 	for rows.Next() {
 		var (
-			ord int64
-			at  time.Time
-			cp  checkpointCols
+			ord, prevDelay int64
+			at             time.Time
+			cp             checkpointCols
 		)
-		rec, err := scanJob(rows, append([]any{&ord, &at}, cp.dest()...)...)
+		rec, err := scanJob(rows, append(append([]any{&ord, &at}, cp.dest()...), &prevDelay)...)
 		if err != nil {
 			return nil, err
 		}
 		rec.job.Checkpoint = cp.checkpoint()
-		out[int(ord)-1] = store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC()}
+		out[int(ord)-1] = store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC(),
+			PrevRetryDelay: time.Duration(prevDelay)}
 	}
 	return out, rows.Err()
 }
@@ -212,6 +213,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 			outcomes            = make([]string, n)
 			aHasErr, aRetryable = make([]bool, n), make([]bool, n)
 			aCodes, aMessages   = make([]string, n), make([]string, n)
+			aDelays             = make([]int64, n)
 			evs                 multiEventBatch
 		)
 		for i, l := range c.Leaves {
@@ -230,7 +232,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 				setErr[i], codes[i], messages[i], retryable[i] = true, e.Code, e.Message, e.Retryable
 			}
 			nevents[i] = int32(len(t.Events))
-			outcomes[i] = string(t.Outcome)
+			outcomes[i], aDelays[i] = string(t.Outcome), int64(t.RetryDelay)
 			if e := t.AttemptError; e != nil {
 				aHasErr[i], aCodes[i], aMessages[i], aRetryable[i] = true, e.Code, e.Message, e.Retryable
 			}
@@ -242,7 +244,7 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 			nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired)
 		b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
 		b.Queue(qInsertAttemptsMulti, tenants, ids, attempts, gens, owners, nowArgs(claimed), nowArgs(nows),
-			outcomes, aHasErr, aCodes, aMessages, aRetryable)
+			outcomes, aHasErr, aCodes, aMessages, aRetryable, aDelays)
 	}
 	if n := len(c.Renewals); n > 0 {
 		renewals = n

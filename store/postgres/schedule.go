@@ -47,6 +47,8 @@ const (
 		WHERE s.next_tick_at IS NOT NULL AND s.next_tick_at <= $1
 		ORDER BY s.next_tick_at LIMIT $2
 		FOR UPDATE OF s SKIP LOCKED`
+	// qScheduleNextTick is the earliest tick of every tenant's schedules.
+	qScheduleNextTick = `SELECT min(next_tick_at) FROM schedules`
 	// qScheduleAdvance is the conditional update of the high-water mark:
 	// it holds only while next_tick_at is the value the decision read.
 	qScheduleAdvance = `UPDATE schedules SET next_tick_at = $4, last_tick_at = coalesce($5, last_tick_at),
@@ -365,6 +367,13 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 		}
 		res.More = len(due) == limit
 		if len(due) == 0 {
+			var next *time.Time
+			if err := tx.QueryRow(ctx, qScheduleNextTick).Scan(&next); err != nil {
+				return err
+			}
+			if next != nil {
+				res.NextTick = *next
+			}
 			return nil
 		}
 		firings := make([]store.ScheduleFiring, 0, len(due))

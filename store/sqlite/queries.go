@@ -399,7 +399,9 @@ RETURNING `+leasedColumns)
 	// fence does not hold returns nothing. (The single writer that reads
 	// a row has locked it.)
 	qLockLeases = newMultiRow(`WITH r(ord, tenant, id, owner, generation, now) AS (VALUES `, 6, `)`+
-		jobSelectColumns+`, j.cancel_reason, j.last_event_seq, r.ord
+		jobSelectColumns+`, j.cancel_reason, j.last_event_seq, r.ord,
+    coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
+        AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0)
 FROM r CROSS JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id`+checkpointJoin+`
 WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
   AND j.lease_expires_at > r.now`)
@@ -444,9 +446,9 @@ SELECT * FROM e WHERE e.tenant IS NOT NULL`)
 
 	// qInsertAttemptsMulti records ended attempts.
 	qInsertAttemptsMulti = newMultiRow(`WITH a(tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-    outcome, error_code, error_message, error_retryable) AS (VALUES `, 11, `)
+    outcome, error_code, error_message, error_retryable, retry_delay_ns) AS (VALUES `, 12, `)
 INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-    outcome, error_code, error_message, error_retryable)
+    outcome, error_code, error_message, error_retryable, retry_delay_ns)
 SELECT * FROM a WHERE a.tenant IS NOT NULL`)
 )
 

@@ -66,15 +66,15 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 	out := make(map[int]store.Held, len(refs))
 	err := qLockLeases.query(ctx, r.tx, args, func(rows *sql.Rows) error {
 		var (
-			reason string
-			seq    int64
-			ord    int
+			reason         string
+			seq, prevDelay int64
+			ord            int
 		)
-		row, err := scanJob(rows, &reason, &seq, &ord)
+		row, err := scanJob(rows, &reason, &seq, &ord, &prevDelay)
 		if err != nil {
 			return err
 		}
-		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord]}
+		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord], PrevRetryDelay: time.Duration(prevDelay)}
 		return nil
 	})
 	if err != nil {
@@ -254,5 +254,5 @@ func attemptArgs(l store.Leave) []any {
 		retryable = sql.NullBool{Bool: e.Retryable, Valid: true}
 	}
 	return []any{l.Tenant, l.Token.JobID, l.Attempt, l.Token.Generation, l.Token.WorkerID,
-		micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable}
+		micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable, int64(l.Transition.RetryDelay)}
 }

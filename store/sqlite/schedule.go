@@ -44,12 +44,15 @@ const (
 		LEFT JOIN principals p ON p.tenant = s.tenant AND p.id = s.owner_id AND s.owner_id <> ''
 		WHERE s.next_tick_at IS NOT NULL AND s.next_tick_at <= ?1
 		ORDER BY s.next_tick_at LIMIT ?2`
-	qScheduleAdvance = `UPDATE schedules SET next_tick_at = ?4, last_tick_at = coalesce(?5, last_tick_at),
+	// qScheduleNextTick is the earliest tick of every tenant's schedules.
+	qScheduleNextTick = `SELECT min(next_tick_at) FROM schedules`
+	qScheduleAdvance  = `UPDATE schedules SET next_tick_at = ?4, last_tick_at = coalesce(?5, last_tick_at),
 		last_job_id = CASE WHEN ?6 = '' THEN last_job_id ELSE ?6 END, paused = ?7,
 		paused_reason = CASE WHEN ?7 THEN ?8 ELSE paused_reason END, run_seq = ?9
 		WHERE tenant = ?1 AND id = ?2 AND next_tick_at = ?3`
 	qScheduleRunInsert = `INSERT INTO schedule_runs (tenant, schedule_id, seq, tick_at, outcome, job_id, missed, reason, recorded_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qAnyScheduleDue      = `SELECT EXISTS (SELECT 1 FROM schedules WHERE next_tick_at IS NOT NULL AND next_tick_at <= ?)`
 	qScheduleRunsPrune   = `DELETE FROM schedule_runs WHERE tenant = ? AND schedule_id = ? AND seq <= ?`
 	qScheduleTriggerMark = `UPDATE schedules SET last_job_id = ?3, run_seq = ?4 WHERE tenant = ?1 AND id = ?2`
 )
@@ -328,6 +331,18 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 	if limit <= 0 {
 		limit = store.FireBatchDefault
 	}
+	// Most passes find nothing due: look in a read transaction first, so
+	// that an idle scheduler does not take the single write lock five
+	// times a second.
+	var due bool
+	if err := s.read(ctx, "schedules_due", func(tx *preparedTx) error {
+		return tx.QueryRowContext(ctx, qAnyScheduleDue, micros(s.clock(p.Now))).Scan(&due)
+	}); err != nil {
+		return store.FireSchedulesResult{}, err
+	}
+	if !due {
+		return store.FireSchedulesResult{Now: s.clock(p.Now)}, nil
+	}
 	var res store.FireSchedulesResult
 	err := s.write(ctx, "fire_schedules", func(tx *writeTx) error {
 		res = store.FireSchedulesResult{}
@@ -339,6 +354,16 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 			return err
 		}
 		res.More = len(due) == limit
+		if len(due) == 0 {
+			var next sql.NullInt64
+			if err := tx.QueryRowContext(ctx, qScheduleNextTick).Scan(&next); err != nil {
+				return err
+			}
+			if next.Valid {
+				res.NextTick = fromMicros(next.Int64)
+			}
+			return nil
+		}
 		for _, d := range due {
 			f, err := store.PlanScheduleFiring(d, now)
 			if err != nil {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ func retryTests() group {
 	return group{name: "Retry", cases: []testCase{
 		{"the backoff follows the policy with its cap and pinned jitter", testRetrySchedule},
 		{"jitter stays within its bounds", testRetryJitterBounds},
+		{"decorrelated backoff grows from the previous delay kept in the attempt record", testRetryDecorrelated},
 		{"a worker's retry-after is honoured when it is longer than the backoff", testRetryAfter},
 		{"the exact attempt budget ends in DEAD with one run_failed and dead pair", testRetryBudget},
 		{"a job's own max attempts overrides the queue's", testRetryJobBudget},
@@ -265,5 +267,41 @@ func testErrorCodeClassification(t *testing.T, h Harness) {
 		if got.State != tc.want {
 			t.Errorf("error %+v ended in %s, want %s", tc.err, got.State, tc.want)
 		}
+	}
+}
+
+func testRetryDecorrelated(t *testing.T, h Harness) {
+	e := setup(t, h)
+	e.setPolicy(tenantA, store.QueuePolicy{Queue: "decor", Retry: store.RetryPolicy{
+		MaxAttempts: 10, InitialDelay: 10 * time.Second, MaxDelay: 100 * time.Second, Backoff: store.BackoffDecorrelated,
+	}})
+	if p, err := e.s.GetQueuePolicy(e.ctx, tenantA, "decor"); err != nil || p.Retry.Backoff != store.BackoffDecorrelated {
+		t.Fatalf("stored policy %+v, %v", p, err)
+	}
+	j := e.mustCreate(tenantA, spec("decor"), base)
+	// delay = min(100s, 10s + rnd × (3 × max(prev, 10s) − 10s)), rnd pinned
+	// per attempt: the previous delay comes from the last attempt record.
+	steps := []struct {
+		rnd  float64
+		want time.Duration
+	}{
+		{0.5, 20 * time.Second},         // prev 0 → 10 + 0.5 × 20
+		{0.5, 35 * time.Second},         // prev 20s → 10 + 0.5 × 50
+		{0, 10 * time.Second},           // prev 35s → the floor
+		{0.25, 15 * time.Second},        // prev 10s → 10 + 0.25 × 20
+		{0.9, 41500 * time.Millisecond}, // prev 15s → 10 + 0.9 × 35
+		{0.9, 100 * time.Second},        // prev 41.5s → 10 + 0.9 × 114.5, capped
+	}
+	now := at(time.Second)
+	for i, st := range steps {
+		e.f.setRand(st.rnd)
+		c := e.mustClaim(tenantA, workerA, "decor", j.ID, now)
+		failedAt := now.Add(time.Second)
+		got := e.retry(tenantA, c.Token, errTransient, 0, failedAt)
+		if got.State != store.JobStateQueued {
+			t.Fatalf("retry %d: state %s", i+1, got.State)
+		}
+		wantTime(t, fmt.Sprintf("available_at after failure %d", i+1), got.AvailableAt, failedAt.Add(st.want).Truncate(time.Microsecond))
+		now = got.AvailableAt
 	}
 }

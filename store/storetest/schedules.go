@@ -122,8 +122,8 @@ func testScheduleLifecycle(t *testing.T, h Harness) {
 func testScheduleFiresEachTickOnce(t *testing.T, h Harness) {
 	e := setup(t, h)
 	sc := e.createSchedule(e.s, "s", everySecond("fire"), at(0))
-	if res := e.fire(e.s, at(500*time.Millisecond)); len(res.Schedules) != 0 {
-		t.Fatalf("fired before its first tick: %+v", res)
+	if res := e.fire(e.s, at(500*time.Millisecond)); len(res.Schedules) != 0 || !res.NextTick.Equal(at(time.Second)) {
+		t.Fatalf("fired before its first tick, or not told when it comes: %+v", res)
 	}
 	res := e.fire(e.s, at(1500*time.Millisecond))
 	if len(res.Schedules) != 1 || len(res.Schedules[0].Fired) != 1 || !res.Schedules[0].Fired[0].Tick.Equal(at(time.Second)) {
@@ -133,8 +133,8 @@ func testScheduleFiresEachTickOnce(t *testing.T, h Harness) {
 	if len(res.Schedules) != 1 || len(res.Schedules[0].Fired) != 2 {
 		t.Fatalf("second pass (two ticks due): %+v", res)
 	}
-	// The same instant again: nothing is due.
-	if res := e.fire(e.s, at(3500*time.Millisecond)); len(res.Schedules) != 0 {
+	// The same instant again: nothing is due, and the next tick is known.
+	if res := e.fire(e.s, at(3500*time.Millisecond)); len(res.Schedules) != 0 || !res.NextTick.Equal(at(4*time.Second)) {
 		t.Fatalf("fired again: %+v", res)
 	}
 	job, err := e.s.GetJob(e.ctx, tenantA, res.Schedules[0].Fired[1].JobID)

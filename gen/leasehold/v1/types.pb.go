@@ -385,6 +385,65 @@ func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
+// RetryBackoff names a retry delay formula. n is the number of the attempt
+// that failed; rnd a random number in [0, 1).
+type RetryBackoff int32
+
+const (
+	// The default: RETRY_BACKOFF_EXPONENTIAL.
+	RetryBackoff_RETRY_BACKOFF_UNSPECIFIED RetryBackoff = 0
+	// min(max_delay, initial_delay × multiplier^(n-1)), plus jitter_fraction
+	// of it × rnd.
+	RetryBackoff_RETRY_BACKOFF_EXPONENTIAL RetryBackoff = 1
+	// Decorrelated jitter: min(max_delay, initial_delay + rnd × (3 × previous
+	// delay − initial_delay)), the previous delay being the one the last
+	// failed attempt was retried after (initial_delay for the first). It
+	// spreads retries of many jobs that failed together. multiplier and
+	// jitter_fraction do not apply.
+	RetryBackoff_RETRY_BACKOFF_DECORRELATED RetryBackoff = 2
+)
+
+// Enum value maps for RetryBackoff.
+var (
+	RetryBackoff_name = map[int32]string{
+		0: "RETRY_BACKOFF_UNSPECIFIED",
+		1: "RETRY_BACKOFF_EXPONENTIAL",
+		2: "RETRY_BACKOFF_DECORRELATED",
+	}
+	RetryBackoff_value = map[string]int32{
+		"RETRY_BACKOFF_UNSPECIFIED":  0,
+		"RETRY_BACKOFF_EXPONENTIAL":  1,
+		"RETRY_BACKOFF_DECORRELATED": 2,
+	}
+)
+
+func (x RetryBackoff) Enum() *RetryBackoff {
+	p := new(RetryBackoff)
+	*p = x
+	return p
+}
+
+func (x RetryBackoff) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryBackoff) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+}
+
+func (RetryBackoff) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[5]
+}
+
+func (x RetryBackoff) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryBackoff.Descriptor instead.
+func (RetryBackoff) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
 // BreakerState is the state of a circuit breaker.
 type BreakerState int32
 
@@ -427,11 +486,11 @@ func (x BreakerState) String() string {
 }
 
 func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[5].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
 }
 
 func (BreakerState) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[5]
+	return &file_leasehold_v1_types_proto_enumTypes[6]
 }
 
 func (x BreakerState) Number() protoreflect.EnumNumber {
@@ -440,7 +499,7 @@ func (x BreakerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerState.Descriptor instead.
 func (BreakerState) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 // BreakerEventType is the type of a breaker transition.
@@ -498,11 +557,11 @@ func (x BreakerEventType) String() string {
 }
 
 func (BreakerEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[7].Descriptor()
 }
 
 func (BreakerEventType) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[6]
+	return &file_leasehold_v1_types_proto_enumTypes[7]
 }
 
 func (x BreakerEventType) Number() protoreflect.EnumNumber {
@@ -511,7 +570,7 @@ func (x BreakerEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerEventType.Descriptor instead.
 func (BreakerEventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 // WorkerTransport is how a worker talks to a coordinator.
@@ -554,11 +613,11 @@ func (x WorkerTransport) String() string {
 }
 
 func (WorkerTransport) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_types_proto_enumTypes[7].Descriptor()
+	return file_leasehold_v1_types_proto_enumTypes[8].Descriptor()
 }
 
 func (WorkerTransport) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_types_proto_enumTypes[7]
+	return &file_leasehold_v1_types_proto_enumTypes[8]
 }
 
 func (x WorkerTransport) Number() protoreflect.EnumNumber {
@@ -567,7 +626,7 @@ func (x WorkerTransport) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkerTransport.Descriptor instead.
 func (WorkerTransport) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 // LeaseToken identifies one lease generation of one job: the fencing token.
@@ -1516,8 +1575,10 @@ type RetryPolicy struct {
 	// Total time budget from creation; after it a retryable failure makes the
 	// job DEAD. Zero means no time budget.
 	TotalRetryDeadline *durationpb.Duration `protobuf:"bytes,8,opt,name=total_retry_deadline,json=totalRetryDeadline,proto3" json:"total_retry_deadline,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The delay formula; unset: RETRY_BACKOFF_EXPONENTIAL.
+	Backoff       RetryBackoff `protobuf:"varint,9,opt,name=backoff,proto3,enum=leasehold.v1.RetryBackoff" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RetryPolicy) Reset() {
@@ -1604,6 +1665,13 @@ func (x *RetryPolicy) GetTotalRetryDeadline() *durationpb.Duration {
 		return x.TotalRetryDeadline
 	}
 	return nil
+}
+
+func (x *RetryPolicy) GetBackoff() RetryBackoff {
+	if x != nil {
+		return x.Backoff
+	}
+	return RetryBackoff_RETRY_BACKOFF_UNSPECIFIED
 }
 
 // QueuePolicy is the configuration of one queue. A queue without a stored
@@ -2561,7 +2629,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\battempts\x18\x02 \x03(\v2\x15.leasehold.v1.AttemptR\battempts\x12\x1f\n" +
 	"\vreplayed_as\x18\x03 \x01(\tR\n" +
 	"replayedAs\x12\x1c\n" +
-	"\tabandoned\x18\x04 \x01(\bR\tabandoned\"\xc6\x03\n" +
+	"\tabandoned\x18\x04 \x01(\bR\tabandoned\"\xfc\x03\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x12>\n" +
 	"\rinitial_delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\finitialDelay\x126\n" +
@@ -2572,7 +2640,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x0fjitter_fraction\x18\x05 \x01(\x01H\x00R\x0ejitterFraction\x88\x01\x01\x122\n" +
 	"\x15retryable_error_codes\x18\x06 \x03(\tR\x13retryableErrorCodes\x129\n" +
 	"\x19non_retryable_error_codes\x18\a \x03(\tR\x16nonRetryableErrorCodes\x12K\n" +
-	"\x14total_retry_deadline\x18\b \x01(\v2\x19.google.protobuf.DurationR\x12totalRetryDeadlineB\x12\n" +
+	"\x14total_retry_deadline\x18\b \x01(\v2\x19.google.protobuf.DurationR\x12totalRetryDeadline\x124\n" +
+	"\abackoff\x18\t \x01(\x0e2\x1a.leasehold.v1.RetryBackoffR\abackoffB\x12\n" +
 	"\x10_jitter_fraction\"\x85\x03\n" +
 	"\vQueuePolicy\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
@@ -2702,7 +2771,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12\x1c\n" +
 	"\x18ATTEMPT_OUTCOME_RELEASED\x10\x05\x12\x1d\n" +
-	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x06*|\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\x06*l\n" +
+	"\fRetryBackoff\x12\x1d\n" +
+	"\x19RETRY_BACKOFF_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19RETRY_BACKOFF_EXPONENTIAL\x10\x01\x12\x1e\n" +
+	"\x1aRETRY_BACKOFF_DECORRELATED\x10\x02*|\n" +
 	"\fBreakerState\x12\x1d\n" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
@@ -2733,7 +2806,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
 var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobView)(0),                  // 0: leasehold.v1.JobView
@@ -2741,81 +2814,83 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(EventType)(0),                // 2: leasehold.v1.EventType
 	(EffectStatus)(0),             // 3: leasehold.v1.EffectStatus
 	(AttemptOutcome)(0),           // 4: leasehold.v1.AttemptOutcome
-	(BreakerState)(0),             // 5: leasehold.v1.BreakerState
-	(BreakerEventType)(0),         // 6: leasehold.v1.BreakerEventType
-	(WorkerTransport)(0),          // 7: leasehold.v1.WorkerTransport
-	(*LeaseToken)(nil),            // 8: leasehold.v1.LeaseToken
-	(*LeaseInfo)(nil),             // 9: leasehold.v1.LeaseInfo
-	(*JobError)(nil),              // 10: leasehold.v1.JobError
-	(*Job)(nil),                   // 11: leasehold.v1.Job
-	(*Event)(nil),                 // 12: leasehold.v1.Event
-	(*Checkpoint)(nil),            // 13: leasehold.v1.Checkpoint
-	(*Effect)(nil),                // 14: leasehold.v1.Effect
-	(*Attempt)(nil),               // 15: leasehold.v1.Attempt
-	(*DeadJob)(nil),               // 16: leasehold.v1.DeadJob
-	(*RetryPolicy)(nil),           // 17: leasehold.v1.RetryPolicy
-	(*QueuePolicy)(nil),           // 18: leasehold.v1.QueuePolicy
-	(*RateLimit)(nil),             // 19: leasehold.v1.RateLimit
-	(*QueueStats)(nil),            // 20: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 21: leasehold.v1.Breaker
-	(*BreakerPolicy)(nil),         // 22: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),          // 23: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),            // 24: leasehold.v1.WorkerInfo
-	nil,                           // 25: leasehold.v1.Job.MetadataEntry
-	nil,                           // 26: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(RetryBackoff)(0),             // 5: leasehold.v1.RetryBackoff
+	(BreakerState)(0),             // 6: leasehold.v1.BreakerState
+	(BreakerEventType)(0),         // 7: leasehold.v1.BreakerEventType
+	(WorkerTransport)(0),          // 8: leasehold.v1.WorkerTransport
+	(*LeaseToken)(nil),            // 9: leasehold.v1.LeaseToken
+	(*LeaseInfo)(nil),             // 10: leasehold.v1.LeaseInfo
+	(*JobError)(nil),              // 11: leasehold.v1.JobError
+	(*Job)(nil),                   // 12: leasehold.v1.Job
+	(*Event)(nil),                 // 13: leasehold.v1.Event
+	(*Checkpoint)(nil),            // 14: leasehold.v1.Checkpoint
+	(*Effect)(nil),                // 15: leasehold.v1.Effect
+	(*Attempt)(nil),               // 16: leasehold.v1.Attempt
+	(*DeadJob)(nil),               // 17: leasehold.v1.DeadJob
+	(*RetryPolicy)(nil),           // 18: leasehold.v1.RetryPolicy
+	(*QueuePolicy)(nil),           // 19: leasehold.v1.QueuePolicy
+	(*RateLimit)(nil),             // 20: leasehold.v1.RateLimit
+	(*QueueStats)(nil),            // 21: leasehold.v1.QueueStats
+	(*Breaker)(nil),               // 22: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),         // 23: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),          // 24: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),            // 25: leasehold.v1.WorkerInfo
+	nil,                           // 26: leasehold.v1.Job.MetadataEntry
+	nil,                           // 27: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	27, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	28, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
 	1,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	9,  // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	27, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	27, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	27, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
-	13, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	27, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	10, // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
+	28, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	28, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	28, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	11, // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
+	14, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
+	28, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
 	2,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	27, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	27, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	28, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	28, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	27, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	27, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	27, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	28, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	28, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	28, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	4,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
-	10, // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
-	11, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
-	15, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	28, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	28, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	28, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
-	17, // 25: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	28, // 26: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
-	19, // 27: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
-	28, // 28: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	5,  // 29: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	27, // 30: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	27, // 31: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	22, // 32: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
-	27, // 33: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 34: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
-	28, // 35: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
-	28, // 36: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
-	28, // 37: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
-	6,  // 38: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
-	27, // 39: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
-	26, // 40: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	27, // 41: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	7,  // 42: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	27, // 43: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	11, // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
+	12, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
+	16, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
+	29, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	29, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	29, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	5,  // 25: leasehold.v1.RetryPolicy.backoff:type_name -> leasehold.v1.RetryBackoff
+	18, // 26: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
+	29, // 27: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	20, // 28: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
+	29, // 29: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	6,  // 30: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	28, // 31: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	28, // 32: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	23, // 33: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	28, // 34: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 35: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	29, // 36: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	29, // 37: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	29, // 38: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	7,  // 39: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	28, // 40: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	27, // 41: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	28, // 42: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	8,  // 43: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	28, // 44: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -2829,7 +2904,7 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      8,
+			NumEnums:      9,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
