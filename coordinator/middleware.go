@@ -12,6 +12,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -85,7 +86,11 @@ func (c *Coordinator) serverOptions() []grpc.ServerOption {
 	})
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
-			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider))),
+			otelgrpc.WithTracerProvider(c.cfg.TracerProvider), otelgrpc.WithMeterProvider(c.cfg.MeterProvider),
+			// Probes and reflection are neither traced nor in the RPC
+			// metrics: a kubelet's health checks would otherwise be a
+			// steady share of every trace backend's spans.
+			otelgrpc.WithFilter(filters.None(filters.HealthCheck(), filters.ServicePrefix("grpc.reflection."))))),
 		grpc.MaxRecvMsgSize(c.cfg.PayloadMaxBytes + RecvHeadroom),
 		// Headers are read before any interceptor (authentication
 		// included) runs; grpc-go's default lets each call bring 16 MiB.

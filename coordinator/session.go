@@ -37,6 +37,7 @@ type session struct {
 	connectedAt time.Time
 	waiter      *dispatch.Waiter
 	ctx         context.Context
+	untraced    context.Context // ctx without the stream's span: see report
 	cancel      context.CancelCauseFunc
 	done        chan struct{} // closed when the handler returns
 
@@ -234,6 +235,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		lease:       h.lease,
 		connectedAt: c.wallNow(),
 		ctx:         sctx, cancel: cancel,
+		untraced:    withoutSpan(sctx),
 		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
 		unacked:     make(map[string]unackedLease),

@@ -3,6 +3,12 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -24,6 +30,47 @@ type streamReport struct {
 	rep  store.Report
 	tok  *leaseholdv1.LeaseToken // as sent, to correlate the answer
 	err  error                   // why the report is invalid
+	// parent is the worker's span of this report (ConnectRequest's
+	// trace_context), valid only when the worker sampled it.
+	parent trace.SpanContext
+}
+
+// traceContextValueMax bounds a trace_context value (W3C tracestate's own
+// limit is 512 characters; a traceparent is 55).
+const traceContextValueMax = 512
+
+// spanStreamReport names the coordinator's span of a report sent on a
+// stream, a child of the worker's report span, ended when the report's
+// commit returned. The group commit's span links to it, so the commit is
+// found from the report's own trace (not from the hours-long Connect span).
+const spanStreamReport = "leasehold.stream.report "
+
+// reportParent validates a report's trace_context and returns the span it
+// names when that span is sampled.
+func reportParent(tc map[string]string) (trace.SpanContext, error) {
+	if len(tc) == 0 {
+		return trace.SpanContext{}, nil
+	}
+	for k, v := range tc {
+		if k != "traceparent" && k != "tracestate" {
+			return trace.SpanContext{}, store.Invalid("trace_context", `only the keys "traceparent" and "tracestate" are allowed`)
+		}
+		if len(v) > traceContextValueMax {
+			return trace.SpanContext{}, store.Invalid("trace_context", fmt.Sprintf("%s is longer than %d bytes", k, traceContextValueMax))
+		}
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(tc)))
+	if !sc.IsSampled() {
+		return trace.SpanContext{}, nil
+	}
+	return sc, nil
+}
+
+// withoutSpan is ctx with no current span. A stream's reports that carry
+// no sampled trace context commit under it, so their group commit links to
+// nothing rather than to the stream's long-lived span.
+func withoutSpan(ctx context.Context) context.Context {
+	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 }
 
 // decodeReport decodes m when it is a report; ok is false for any other
@@ -67,8 +114,12 @@ func (s *session) decodeReport(m *leaseholdv1.ConnectRequest) (r streamReport, o
 	if err == nil && rep.Token.WorkerID != s.hello.workerID {
 		err = store.Invalid("token.worker_id", "a stream reports only for its own worker_id")
 	}
+	var parent trace.SpanContext
+	if err == nil {
+		parent, err = reportParent(m.GetTraceContext())
+	}
 	rep.Tenant = s.tenant
-	return streamReport{kind: kind, rep: rep, tok: tok, err: err}, true
+	return streamReport{kind: kind, rep: rep, tok: tok, err: err, parent: parent}, true
 }
 
 // report commits one stream report and queues its answer. It runs on its
@@ -80,11 +131,13 @@ func (s *session) report(r streamReport) {
 		s.reports.Done()
 	}()
 	c := s.c
+	ctx, end := s.reportSpan(r)
 	r.rep.Now = c.now()
-	res, err := c.store.ApplyReports(s.ctx, []store.Report{r.rep})
+	res, err := c.store.ApplyReports(ctx, []store.Report{r.rep})
 	if err == nil {
 		err = res[0].Err
 	}
+	end(err)
 	out := &leaseholdv1.ReportResult{Token: withoutSecret(r.tok), Kind: r.kind}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
@@ -112,4 +165,41 @@ func setReportError(out *leaseholdv1.ReportResult, err error) {
 	if out.GetCode() == int32(codes.OK) {
 		out.Code = int32(codes.Internal)
 	}
+}
+
+// reportSpan returns the context to commit r under and the function that
+// ends its span. A report whose worker sent a sampled trace context gets
+// a span of its own, a child of the worker's report span; any other
+// report commits under s.untraced, without a span: nothing is allocated
+// for it.
+func (s *session) reportSpan(r streamReport) (context.Context, func(error)) {
+	if !r.parent.IsValid() {
+		return s.untraced, func(error) {}
+	}
+	//nolint:spancheck // ended by the returned function once the commit returned
+	ctx, span := s.c.tracer.Start(trace.ContextWithRemoteSpanContext(s.ctx, r.parent),
+		spanStreamReport+reportSpanNames[r.kind],
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("leasehold.job.id", r.rep.Token.JobID),
+			attribute.Int64("leasehold.lease.generation", r.rep.Token.Generation),
+			attribute.String("leasehold.worker.id", r.rep.Token.WorkerID),
+		))
+	//nolint:spancheck // see above
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+// reportSpanNames name a stream report's span after the unary RPC it
+// stands for.
+var reportSpanNames = map[leaseholdv1.ReportKind]string{
+	leaseholdv1.ReportKind_REPORT_KIND_COMPLETE: "Complete",
+	leaseholdv1.ReportKind_REPORT_KIND_RETRY:    "Retry",
+	leaseholdv1.ReportKind_REPORT_KIND_CANCEL:   "Cancel",
+	leaseholdv1.ReportKind_REPORT_KIND_RELEASE:  "Release",
 }

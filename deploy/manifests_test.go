@@ -388,6 +388,11 @@ func TestBadValuesFail(t *testing.T) {
 		{"a grace in a unit the chart cannot add up", "shutdownGrace=1500ms", "shutdownGrace"},
 		{"a PDB that keeps every replica", "podDisruptionBudget.minAvailable=2", "would block every node drain"},
 		{"a PDB of 100%", "podDisruptionBudget.minAvailable=100%", "would block every node drain"},
+		// settings passes serve flags as LEASEHOLD_* variables: a typo would
+		// be ignored, and a flag the chart passes would lose to it silently.
+		{"a setting that is no serve flag", "settings.max-paylod-bytes=1", "no flag --max-paylod-bytes"},
+		{"a setting the chart passes itself", "settings.auth=none", "the chart sets --auth itself"},
+		{"a retention the flag cannot parse", "retention=7d", "/retention"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := runRender("--set", tc.set)
@@ -469,6 +474,27 @@ func TestConnectionsAgeOutByDefault(t *testing.T) {
 	c = coordinatorContainer(t, decode(t, render(t, "--set", "maxConnectionAge=")).deployment)
 	if slices.Contains(c.Args, "--max-connection-age") {
 		t.Errorf("maxConnectionAge empty still passes --max-connection-age: %q", c.Args)
+	}
+}
+
+// TestRetentionAndSettings: retention and the idempotency window are
+// serve flags with the coordinator's defaults, and settings become the
+// flags' LEASEHOLD_* variables.
+func TestRetentionAndSettings(t *testing.T) {
+	c := coordinatorContainer(t, decode(t, render(t)).deployment)
+	if r, w := flagValue(c.Args, "--retention"), flagValue(c.Args, "--idempotency-window"); r != "168h" || w != "24h" {
+		t.Errorf("--retention %q, --idempotency-window %q; want 168h and 24h by default", r, w)
+	}
+	c = coordinatorContainer(t, decode(t, render(t, "--set", "retention=720h,settings.unary-rate=500,settings.pprof=true")).deployment)
+	if r := flagValue(c.Args, "--retention"); r != "720h" {
+		t.Errorf("--retention %q, want 720h", r)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["LEASEHOLD_UNARY_RATE"] != "500" || env["LEASEHOLD_PPROF"] != "true" {
+		t.Errorf("settings rendered as env %v, want LEASEHOLD_UNARY_RATE=500 and LEASEHOLD_PPROF=true", env)
 	}
 }
 

@@ -273,6 +273,7 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 		s := w.sess
 		w.mu.Unlock()
 		if s != nil {
+			msg.TraceContext = sampledTraceContext(ctx)
 			if sent, err := s.sendReport(ctx, kind, e.token, msg); sent {
 				return err
 			}
@@ -296,6 +297,19 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 		// The lease expires and the job is retried elsewhere: at least once.
 		w.log.ErrorContext(ctx, "could not "+what+"; the lease will expire", append(attrs, slog.Any("error", err))...)
 	}
+}
+
+// sampledTraceContext is ctx's span context in W3C form when that span is
+// sampled, for a report sent on the stream (the unary calls carry it in
+// gRPC metadata): the coordinator's commit of the report then joins its
+// trace. Nil otherwise, so an unsampled report costs nothing more.
+func sampledTraceContext(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier
 }
 
 // reportSpanNames name a report's span after the RPC it stands for, on the

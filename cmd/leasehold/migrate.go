@@ -21,10 +21,14 @@ func (c *cli) migrateCommand() *cobra.Command {
 		Long:  "Apply the migrations of PostgreSQL when --database-url is set, otherwise of the embedded SQLite file, and exit.",
 		Args:  positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindFlagEnv(c.getenv, cmd.Flags()); err != nil {
+				return err
+			}
 			return c.runMigrate(cmd.Context(), sf)
 		},
 	}
 	c.addStoreFlags(cmd.Flags(), &sf)
+	documentFlagEnv(cmd.Flags())
 	return withoutGlobalFlags(cmd)
 }
 

@@ -40,9 +40,9 @@ type storeFlags struct {
 }
 
 func (c *cli) addStoreFlags(fs *pflag.FlagSet, sf *storeFlags) {
-	fs.StringVar(&sf.databaseURL, "database-url", c.getenv("LEASEHOLD_DATABASE_URL"),
+	fs.StringVar(&sf.databaseURL, "database-url", "",
 		"PostgreSQL URL (env LEASEHOLD_DATABASE_URL); empty: the embedded SQLite file")
-	fs.StringVar(&sf.sqlitePath, "sqlite-path", envOr(c.getenv, "LEASEHOLD_SQLITE_PATH", sqlitePathDefault),
+	fs.StringVar(&sf.sqlitePath, "sqlite-path", sqlitePathDefault,
 		"SQLite database file when no --database-url (env LEASEHOLD_SQLITE_PATH)")
 }
 
@@ -77,14 +77,17 @@ func (c *cli) serveCommand() *cobra.Command {
 			"It uses PostgreSQL when --database-url is set, otherwise the embedded SQLite file.",
 		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindFlagEnv(c.getenv, cmd.Flags()); err != nil {
+				return err
+			}
 			return c.runServe(cmd.Context(), &f)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&f.listen, "listen", envOr(c.getenv, "LEASEHOLD_LISTEN", listenDefault), "address to serve gRPC on (env LEASEHOLD_LISTEN)")
+	fs.StringVar(&f.listen, "listen", listenDefault, "address to serve gRPC on")
 	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not apply PostgreSQL migrations at start (run \"leasehold migrate\" instead); the embedded SQLite file is always brought up to date")
-	fs.StringVar(&f.tenant, "tenant", envOr(c.getenv, "LEASEHOLD_TENANT", coordinator.TenantDefault), "tenant every call runs as with --auth none; with auth, the caller's key decides (env LEASEHOLD_TENANT)")
-	fs.StringVar(&f.logLevel, "log-level", envOr(c.getenv, "LEASEHOLD_LOG_LEVEL", "info"), "debug, info, warn or error (env LEASEHOLD_LOG_LEVEL)")
+	fs.StringVar(&f.tenant, "tenant", coordinator.TenantDefault, "tenant every call runs as with --auth none; with auth, the caller's key decides")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.grace, "shutdown-grace", coordinator.ShutdownGraceDefault, "how long worker streams get to drain, and in-flight calls to finish, at shutdown")
 	c.addStoreFlags(fs, &f.store)
 	c.addLimitFlags(fs, &f.limits)
@@ -93,6 +96,7 @@ func (c *cli) serveCommand() *cobra.Command {
 	c.addObserveFlags(cmd, fs, &f.observe)
 	c.addOutboxRelayFlags(fs, &f.outboxRelay)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
+	documentFlagEnv(fs)
 	return withoutGlobalFlags(cmd)
 }
 
@@ -163,9 +167,6 @@ func (f *serveFlags) logger(c *cli) (*slog.Logger, error) {
 	}
 	if f.grace <= 0 {
 		return nil, usagef("--shutdown-grace must be positive")
-	}
-	if f.limits.envErr != nil {
-		return nil, usagef("%v", f.limits.envErr)
 	}
 	if err := f.security.check(); err != nil {
 		return nil, err

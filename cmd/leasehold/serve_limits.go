@@ -52,30 +52,13 @@ type limitFlags struct {
 	overloadLogInterval  time.Duration
 	schedulesMax         int
 	schedulePoll         time.Duration
-
-	// envErr is the first LEASEHOLD_* value that did not parse, reported
-	// as a usage error when serve runs.
-	envErr error
-}
-
-// limitFlagNames are the flags addLimitFlags registers, whose environment
-// variables it reads.
-var limitFlagNames = []string{
-	"max-payload-bytes", "list-page-bytes", "unary-timeout", "max-concurrent-streams",
-	"connection-timeout", "max-connections", "max-header-list-bytes", "max-connection-age", "max-connection-age-grace",
-	"unary-rate", "unary-burst", "stream-open-rate", "stream-open-burst",
-	"connection-call-rate", "connection-call-burst", "address-call-rate", "address-call-burst",
-	"connection-stream-open-rate", "connection-stream-open-burst", "address-stream-open-rate", "address-stream-open-burst",
-	"trusted-proxies",
-	"max-in-flight-reads", "max-in-flight-writes", "shed-wait",
-	"watchers-per-connection", "watchers-max", "health-watchers-per-connection", "health-watchers-max", "overload-log-interval",
-	"max-schedules-per-tenant", "schedule-poll-interval",
+	retention            time.Duration
+	retentionInterval    time.Duration
+	idempotencyWindow    time.Duration
 }
 
 // limitEnv is the environment variable of a limit flag.
-func limitEnv(flag string) string {
-	return "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func limitEnv(flag string) string { return flagEnv(flag) }
 
 func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 	c.addStreamFlags(fs, f)
@@ -145,13 +128,12 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"schedules one tenant may have"+env("max-schedules-per-tenant"))
 	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
 		"how often this coordinator looks for due schedules; negative = it fires none (others still do)"+env("schedule-poll-interval"))
-	for _, name := range limitFlagNames {
-		if v := c.getenv(limitEnv(name)); v != "" {
-			if err := fs.Set(name, v); err != nil && f.envErr == nil {
-				f.envErr = fmt.Errorf("%s=%q: %w", limitEnv(name), v, err)
-			}
-		}
-	}
+	fs.DurationVar(&f.retention, "retention", coordinator.RetentionDefault,
+		"how long finished jobs (succeeded, failed, cancelled, dead) and their events are kept before they are deleted; negative = kept for ever"+env("retention"))
+	fs.DurationVar(&f.retentionInterval, "retention-interval", coordinator.RetentionIntervalDefault,
+		"how often expired finished jobs and idempotency records are deleted"+env("retention-interval"))
+	fs.DurationVar(&f.idempotencyWindow, "idempotency-window", coordinator.IdempotencyWindowDefault,
+		"how long a request_id is remembered: a repeat within it returns the original job"+env("idempotency-window"))
 }
 
 // apply copies the limits into cfg.
@@ -189,6 +171,9 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.OverloadLogInterval = f.overloadLogInterval
 	cfg.SchedulesPerTenantMax = f.schedulesMax
 	cfg.SchedulePollInterval = f.schedulePoll
+	cfg.Retention = f.retention
+	cfg.RetentionInterval = f.retentionInterval
+	cfg.IdempotencyWindow = f.idempotencyWindow
 }
 
 // prefixList is a flag of comma-separated networks: CIDRs, or single

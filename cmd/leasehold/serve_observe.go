@@ -52,12 +52,12 @@ type observeFlags struct {
 }
 
 func (c *cli) addObserveFlags(cmd *cobra.Command, fs *pflag.FlagSet, f *observeFlags) {
-	fs.StringVar(&f.httpListen, "http-listen", envOr(c.getenv, "LEASEHOLD_HTTP_LISTEN", httpListenDefault),
+	fs.StringVar(&f.httpListen, "http-listen", httpListenDefault,
 		`plaintext HTTP address for /metrics, /healthz and /readyz (env LEASEHOLD_HTTP_LISTEN); "" disables it, port 0 picks a free one`)
-	fs.StringVar(&f.logFormat, "log-format", envOr(c.getenv, "LEASEHOLD_LOG_FORMAT", logFormatText),
+	fs.StringVar(&f.logFormat, "log-format", logFormatText,
 		"log format on stderr: text or json (env LEASEHOLD_LOG_FORMAT)")
-	fs.BoolVar(&f.pprof, "pprof", envOr(c.getenv, "LEASEHOLD_PPROF", "") == "true",
-		"also serve Go's profiles under /debug/pprof/ on --http-listen (env LEASEHOLD_PPROF=true); off by default, since profiles show internals")
+	fs.BoolVar(&f.pprof, "pprof", false,
+		"also serve Go's profiles under /debug/pprof/ on --http-listen (env LEASEHOLD_PPROF, e.g. 1 or true); off by default, since profiles show internals")
 	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{logFormatText, logFormatJSON}, cobra.ShellCompDirectiveNoFileComp))
 }
 

@@ -32,9 +32,9 @@ type outboxRelayFlags struct {
 }
 
 func (c *cli) addOutboxRelayFlags(fs *pflag.FlagSet, f *outboxRelayFlags) {
-	fs.BoolVar(&f.on, "outbox-relay", envOr(c.getenv, "LEASEHOLD_OUTBOX_RELAY", "") == "true",
-		"also relay the outbox in the coordinator's own PostgreSQL database into jobs (env LEASEHOLD_OUTBOX_RELAY=true); see docs/outbox.md")
-	fs.StringVar(&f.schema, "outbox-schema", envOr(c.getenv, "LEASEHOLD_OUTBOX_SCHEMA", outbox.SchemaDefault),
+	fs.BoolVar(&f.on, "outbox-relay", false,
+		"also relay the outbox in the coordinator's own PostgreSQL database into jobs (env LEASEHOLD_OUTBOX_RELAY, e.g. 1 or true); see docs/outbox.md")
+	fs.StringVar(&f.schema, "outbox-schema", outbox.SchemaDefault,
 		"schema of the outbox --outbox-relay installs and relays (env LEASEHOLD_OUTBOX_SCHEMA)")
 }
 

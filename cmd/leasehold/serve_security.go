@@ -40,13 +40,13 @@ type securityFlags struct {
 }
 
 func (c *cli) addSecurityFlags(fs *pflag.FlagSet, f *securityFlags) {
-	fs.StringVar(&f.auth, "auth", envOr(c.getenv, envAuth, string(coordinator.AuthNone)),
+	fs.StringVar(&f.auth, "auth", string(coordinator.AuthNone),
 		"how callers authenticate: none, api-key or mtls (env "+envAuth+")")
-	fs.StringVar(&f.certFile, "tls-cert-file", c.getenv(envServerTLSCert),
+	fs.StringVar(&f.certFile, "tls-cert-file", "",
 		"serve TLS with this PEM certificate (chain), re-read when it changes (env "+envServerTLSCert+")")
-	fs.StringVar(&f.keyFile, "tls-key-file", c.getenv(envServerTLSKey),
+	fs.StringVar(&f.keyFile, "tls-key-file", "",
 		"the certificate's PEM private key (env "+envServerTLSKey+")")
-	fs.StringVar(&f.clientCAFile, "tls-client-ca-file", c.getenv(envServerTLSClientCA),
+	fs.StringVar(&f.clientCAFile, "tls-client-ca-file", "",
 		"verify client certificates against these PEM CAs: required with --auth mtls, optional otherwise (env "+envServerTLSClientCA+")")
 	fs.BoolVar(&f.allowUnauthenticated, "insecure-allow-unauthenticated", false,
 		"with --auth none, listen on a non-loopback address anyway: anyone who reaches the port may do anything")

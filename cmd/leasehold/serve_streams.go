@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -18,11 +17,8 @@ type streamFlags struct {
 	ackTimeout    time.Duration
 }
 
-// streamFlagNames are the flags addStreamFlags registers.
-var streamFlagNames = []string{"stream-unacked-leases", "stream-unacked-bytes", "stream-ack-timeout"}
-
-// addStreamFlags registers the stream flags and reads their environment
-// variables; the first that does not parse goes to f.envErr.
+// addStreamFlags registers the stream flags (their variables are bound
+// by bindFlagEnv).
 func (c *cli) addStreamFlags(fs *pflag.FlagSet, f *limitFlags) {
 	env := func(flag string) string { return " (env " + limitEnv(flag) + ")" }
 	s := &f.streams
@@ -32,13 +28,6 @@ func (c *cli) addStreamFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"bytes of leases pushed to one worker stream and not yet acknowledged, at most"+env("stream-unacked-bytes"))
 	fs.DurationVar(&s.ackTimeout, "stream-ack-timeout", coordinator.StreamAckTimeoutDefault,
 		"a worker that declared lease_acks and leaves a pushed lease unacknowledged this long has its stream ended and its leases released"+env("stream-ack-timeout"))
-	for _, name := range streamFlagNames {
-		if v := c.getenv(limitEnv(name)); v != "" {
-			if err := fs.Set(name, v); err != nil && f.envErr == nil {
-				f.envErr = fmt.Errorf("%s=%q: %w", limitEnv(name), v, err)
-			}
-		}
-	}
 }
 
 // apply copies the stream bounds into cfg.

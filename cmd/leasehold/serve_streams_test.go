@@ -25,8 +25,8 @@ func TestServeStreamBoundFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--stream-unacked-leases", "8", "--stream-ack-timeout", "3s"}); err != nil {
 		t.Fatal(err)
 	}
-	if f.envErr != nil {
-		t.Fatal(f.envErr)
+	if err := bindFlagEnv(c.getenv, fs); err != nil {
+		t.Fatal(err)
 	}
 	var cfg coordinator.Config
 	f.apply(&cfg)
@@ -38,7 +38,7 @@ func TestServeStreamBoundFlags(t *testing.T) {
 
 func TestServeRejectsABadStreamBoundInTheEnvironment(t *testing.T) {
 	t.Parallel()
-	for _, name := range streamFlagNames {
+	for _, name := range []string{"stream-unacked-leases", "stream-unacked-bytes", "stream-ack-timeout"} {
 		var stderr bytes.Buffer
 		env := map[string]string{limitEnv(name): "not-a-number"}
 		c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr, getenv: func(k string) string { return env[k] }}

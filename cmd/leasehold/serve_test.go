@@ -236,7 +236,7 @@ func TestServeTakesItsLimitsFromTheEnvironmentAndFlags(t *testing.T) {
 
 func TestServeRejectsABadLimitInTheEnvironment(t *testing.T) {
 	t.Parallel()
-	for _, name := range limitFlagNames {
+	for _, name := range numericServeFlags(t) {
 		var stderr bytes.Buffer
 		env := map[string]string{limitEnv(name): "not-a-number"}
 		c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr, getenv: func(k string) string { return env[k] }}

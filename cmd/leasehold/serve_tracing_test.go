@@ -10,7 +10,9 @@ import (
 	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testkit/otlptest"
@@ -44,6 +46,24 @@ func TestServeExportsTracesOverOTLP(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("CreateJob: %v", err)
 	}
+	// Probes and reflection are not traced.
+	conn := p.Dial(t)
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatalf("reflection send: %v", err)
+	}
+	if _, err := refl.Recv(); err != nil {
+		t.Fatalf("reflection recv: %v", err)
+	}
+	_ = refl.CloseSend()
 
 	p.Signal(syscall.SIGTERM)
 	if code, err := p.Wait(); code != exitOK || err != nil {
@@ -57,6 +77,9 @@ func TestServeExportsTracesOverOTLP(t *testing.T) {
 	var names []string
 	for _, s := range col.Spans() {
 		names = append(names, s.GetName())
+		if strings.HasPrefix(s.GetName(), "grpc.health.") || strings.HasPrefix(s.GetName(), "grpc.reflection.") {
+			t.Errorf("span %s exported: health checks and reflection must not be traced", s.GetName())
+		}
 		if s.GetName() == "leasehold.v1.JobService/CreateJob" && s.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
 			found = &s
 		}

@@ -181,6 +181,20 @@ func TestOneTraceAcrossProcesses(t *testing.T) {
 			strings.Contains(s.GetName(), "Complete")
 	})
 	if report == nil {
-		t.Errorf("no Complete span under the handler span %x", handler.GetSpanId())
+		t.Fatalf("no Complete span under the handler span %x", handler.GetSpanId())
 	}
+	// The Complete went on the Connect stream: the coordinator's span of
+	// it is a child of the worker's report span, and the group commit
+	// that applied it links to that span (not to the Connect span).
+	streamReport := must("coordinator's span of the streamed report", find(func(s otlptest.Span) bool {
+		return s.GetName() == "leasehold.stream.report Complete" && s.Attr("leasehold.job.id") == job.GetId()
+	}))
+	if streamReport.Resource["service.name"] != "leasehold" || !bytes.Equal(streamReport.GetTraceId(), report.GetTraceId()) ||
+		!bytes.Equal(streamReport.GetParentSpanId(), report.GetSpanId()) {
+		t.Errorf("streamed report span (%s, trace %x, parent %x), want a child of the worker's report span %x in trace %x",
+			streamReport.Resource["service.name"], streamReport.GetTraceId(), streamReport.GetParentSpanId(), report.GetSpanId(), report.GetTraceId())
+	}
+	must("commit span linked to the streamed report", find(func(s otlptest.Span) bool {
+		return s.GetName() == "leasehold.commit reports" && linksTo(s, streamReport)
+	}))
 }

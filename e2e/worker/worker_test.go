@@ -23,11 +23,12 @@ import (
 
 func TestWorkerCompletesJobsAndLinksTheProducersTrace(t *testing.T) {
 	t.Parallel()
-	h := setup(t, setupOptions{})
-
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	// The coordinator records into the same provider, so that one recorder
+	// sees both sides of the stream.
+	h := setup(t, setupOptions{configure: func(c *coordinator.Config) { c.TracerProvider = tp }})
 
 	// The producer creates the job inside its own span.
 	ctx, producerSpan := tp.Tracer("producer").Start(context.Background(), "signup")
@@ -82,6 +83,28 @@ func TestWorkerCompletesJobsAndLinksTheProducersTrace(t *testing.T) {
 	}
 	if handlerSpan.Parent().IsValid() {
 		t.Fatalf("handler span has parent %v; it must start a new trace linked to the producer", handlerSpan.Parent())
+	}
+
+	// The Complete is a child of the handler span; sent on the stream, it
+	// carries its context, and the coordinator's span of the report (the
+	// one its commit links to) is the Complete's child.
+	var report, streamReport sdktrace.ReadOnlySpan
+	for deadline := time.Now().Add(5 * time.Second); streamReport == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, s := range spans.Ended() {
+			switch s.Name() {
+			case "leasehold.report Complete":
+				report = s
+			case "leasehold.stream.report Complete":
+				streamReport = s
+			}
+		}
+	}
+	if report == nil || report.Parent().SpanID() != handlerSpan.SpanContext().SpanID() {
+		t.Fatalf("report span %v, want a child of the handler span", report)
+	}
+	if streamReport == nil || streamReport.Parent().SpanID() != report.SpanContext().SpanID() ||
+		streamReport.SpanContext().TraceID() != handlerSpan.SpanContext().TraceID() {
+		t.Fatalf("coordinator's stream report span %v, want a child of the worker's report span %v", streamReport, report.SpanContext())
 	}
 }
 

@@ -10,7 +10,9 @@ package nodeworker_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -27,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -35,6 +38,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/internal/testkit/otlptest"
 	"github.com/leasehold/leasehold/internal/testkit/testcert"
 	"github.com/leasehold/leasehold/internal/testkit/testlog"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
@@ -316,6 +320,81 @@ func TestNodeWorkerReleasesOnSIGTERM(t *testing.T) {
 	if types := eventTypes(listEvents(ctx, t, jobs, id)); j.GetState() != pb.JobState_JOB_STATE_QUEUED || j.GetAttempts() != 0 || !slices.Equal(types, wantEvents) {
 		t.Errorf("after SIGTERM the job is %v with %d attempts and events %v, want QUEUED, 0 attempts, events %v\n%s",
 			j.GetState(), j.GetAttempts(), types, wantEvents, w.output())
+	}
+}
+
+// The worker continues the producer's trace: the job's traceparent goes
+// out as gRPC metadata on its Complete, so the coordinator's span of that
+// call is a child of the producer's span, and the group commit that applied
+// it links to that span.
+func TestNodeWorkerContinuesTheTrace(t *testing.T) {
+	t.Parallel()
+	node := requireNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), workerTimeout+npmTimeout)
+	defer cancel()
+
+	col := otlptest.Start(t)
+	srv := testserver.StartProcessEnv(t, []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + col.HTTPEndpoint,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_BSP_SCHEDULE_DELAY=100",
+		"OTEL_METRICS_EXPORTER=none",
+	})
+	const (
+		traceID  = "4bf92f3577b34da6a3ce929d0e0e4736"
+		parentID = "00f067aa0ba902b7"
+	)
+	jobs := pb.NewJobServiceClient(dial(t, srv.Addr))
+	res, err := jobs.CreateJob(ctx, &pb.CreateJobRequest{Job: &pb.JobSpec{
+		Queue: "node-traced", Kind: "demo", Payload: []byte(`{"n": 1}`),
+		Metadata: map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"},
+	}})
+	if err != nil {
+		t.Fatalf("CreateJob: %v", err)
+	}
+	id := res.GetJob().GetId()
+
+	ensureDeps(ctx, t)
+	w := startWorker(ctx, t, node, map[string]string{
+		"LEASEHOLD_ADDR":      srv.Addr,
+		"LEASEHOLD_QUEUE":     "node-traced",
+		"LEASEHOLD_WORKER_ID": "node-traced-worker",
+		"LEASEHOLD_MAX_JOBS":  "1",
+	})
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker exited with %d, want 0\n%s", code, w.output())
+	}
+	// Exit comes after the final flush: the spans have arrived by then.
+	srv.Signal(syscall.SIGTERM)
+	if code, err := srv.Wait(); code != 0 || err != nil {
+		t.Fatalf("coordinator exited %d, %v", code, err)
+	}
+
+	var complete *otlptest.Span
+	var names []string
+	spans := col.Spans()
+	for _, s := range spans {
+		names = append(names, s.GetName())
+		if s.GetName() == "leasehold.v1.WorkerService/Complete" && s.GetKind() == tracepb.Span_SPAN_KIND_SERVER {
+			complete = &s
+		}
+	}
+	if complete == nil {
+		t.Fatalf("no Complete server span for job %s among %v", id, names)
+	}
+	if got, parent := hex.EncodeToString(complete.GetTraceId()), hex.EncodeToString(complete.GetParentSpanId()); got != traceID || parent != parentID {
+		t.Errorf("Complete span in trace %s under %s, want the producer's trace %s under its span %s", got, parent, traceID, parentID)
+	}
+	linked := false
+	for _, s := range spans {
+		for _, l := range s.GetLinks() {
+			if s.GetName() == "leasehold.commit reports" && bytes.Equal(l.GetSpanId(), complete.GetSpanId()) {
+				linked = true
+			}
+		}
+	}
+	if !linked {
+		t.Errorf("no commit span links to the Complete span; spans %v", names)
 	}
 }
 

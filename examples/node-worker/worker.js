@@ -303,11 +303,34 @@ function duration(ms) {
   return { seconds: Math.floor(ms / 1000), nanos: Math.round(ms % 1000) * 1e6 };
 }
 
-// unary calls client.method(request) with a deadline. onCall receives the
-// call object so that a long-poll can be cancelled on shutdown.
-function unary(client, method, request, timeoutMs, onCall) {
+// W3C trace context: version-traceid-parentid-flags, lower-case hex.
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+const TRACESTATE_MAX = 512;
+
+// traceMetadata continues the producer's trace without an OpenTelemetry SDK:
+// the producer's span context travels in the job's metadata ("traceparent",
+// "tracestate", put there by the Go SDK and the CLI), and sending it as gRPC
+// metadata on the calls made for the job makes the coordinator's spans of
+// those calls (the report, and through it the commit) children of the
+// producer's span. A worker with an SDK would start its own handler span
+// instead and send that. Malformed values are not forwarded.
+function traceMetadata(jobMetadata) {
+  const md = new grpc.Metadata();
+  const tp = jobMetadata && jobMetadata.traceparent;
+  if (typeof tp === 'string' && TRACEPARENT.test(tp)) {
+    md.set('traceparent', tp);
+    const ts = jobMetadata.tracestate;
+    if (typeof ts === 'string' && ts !== '' && ts.length <= TRACESTATE_MAX) md.set('tracestate', ts);
+  }
+  return md;
+}
+
+// unary calls client.method(request) with a deadline, and metadata md when
+// given. onCall receives the call object so that a long-poll can be
+// cancelled on shutdown.
+function unary(client, method, request, timeoutMs, onCall, md) {
   return new Promise((resolve, reject) => {
-    const call = client[method](request, { deadline: Date.now() + timeoutMs }, (err, res) => {
+    const call = client[method](request, md || new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => {
       if (err) reject(err);
       else resolve(res);
     });
@@ -519,6 +542,7 @@ class Worker {
   async process(leased) {
     const { job, token } = leased;
     const log = this.log.with({ job_id: job.id, generation: token.lease_generation, attempt: job.attempts });
+    const md = traceMetadata(job.metadata);
     const ac = new AbortController();
     this.running.set(job.id, ac);
     const heartbeat = new Heartbeat(this.client, token, this.cfg.leaseMs, (why) => ac.abort(why), log);
@@ -547,10 +571,10 @@ class Worker {
     if (ac.signal.aborted) {
       // Whatever the handler returned, the abort decides: the lease is gone,
       // or the job must end as cancelled or go back to the queue.
-      outcome = await this.revoked(ac.signal.reason, token, log);
+      outcome = await this.revoked(ac.signal.reason, token, log, md);
     } else if (failure === undefined) {
       const body = Buffer.from(JSON.stringify(result === undefined ? null : result));
-      outcome = await this.publish(token, 'Complete', { token, result: body }, log, 'succeeded');
+      outcome = await this.publish(token, 'Complete', { token, result: body }, log, 'succeeded', md);
     } else {
       const f =
         failure instanceof JobFailure
@@ -562,7 +586,7 @@ class Worker {
         retry_after: f.retryAfterMs > 0 ? duration(f.retryAfterMs) : null,
       };
       log.warn('attempt failed', { code: f.code, message: f.message, retryable: f.retryable });
-      outcome = await this.publish(token, 'Retry', req, log, (res) => res.job.state.replace('JOB_STATE_', '').toLowerCase());
+      outcome = await this.publish(token, 'Retry', req, log, (res) => res.job.state.replace('JOB_STATE_', '').toLowerCase(), md);
     }
 
     this.handled++;
@@ -572,17 +596,17 @@ class Worker {
     }
   }
 
-  async revoked(why, token, log) {
+  async revoked(why, token, log, md) {
     switch (why) {
       case STOP_LEASE_LOST:
         log.warn('lease lost; dropping job', { reason: 'LEASE_LOST' });
         return 'lease_lost';
       case STOP_CANCEL_REQUESTED:
         log.info('cancel requested; acknowledging');
-        return this.publish(token, 'Cancel', { token, reason: 'cancel requested; acknowledged by the worker' }, log, 'cancelled');
+        return this.publish(token, 'Cancel', { token, reason: 'cancel requested; acknowledged by the worker' }, log, 'cancelled', md);
       default:
         log.info('shutting down; releasing job');
-        return this.publish(token, 'Release', { token }, log, 'released');
+        return this.publish(token, 'Release', { token }, log, 'released', md);
     }
   }
 
@@ -590,11 +614,11 @@ class Worker {
   // turns LEASE_LOST into "drop the job" (returns "lease_lost"): another
   // generation owns it now and nothing more may be published for this one.
   // outcome names what a success means (a string, or a function of the
-  // answer).
-  async publish(token, method, request, log, outcome = method.toLowerCase()) {
+  // answer); md is the job's trace context (traceMetadata), if any.
+  async publish(token, method, request, log, outcome = method.toLowerCase(), md = undefined) {
     for (let attempt = 1; ; attempt++) {
       try {
-        const res = await unary(this.client, method, request, CALL_TIMEOUT_MS);
+        const res = await unary(this.client, method, request, CALL_TIMEOUT_MS, undefined, md);
         return typeof outcome === 'function' ? outcome(res) : outcome;
       } catch (err) {
         if (isLeaseLost(err)) {

@@ -1295,7 +1295,14 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Retry
 	//	*ConnectRequest_Cancel
 	//	*ConnectRequest_Release
-	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
+	Msg isConnectRequest_Msg `protobuf_oneof:"msg"`
+	// The W3C trace context ("traceparent", optionally "tracestate") of the
+	// worker's span for a report (complete, retry, cancel, release) sent on
+	// this message, so that the coordinator's commit of that report joins
+	// the report's trace instead of the stream's. Set it only for a sampled
+	// span; other keys, or a value longer than 512 bytes, make the report
+	// invalid. Ignored on the other messages.
+	TraceContext  map[string]string `protobuf:"bytes,9,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1412,13 @@ func (x *ConnectRequest) GetRelease() *ReleaseRequest {
 		if x, ok := x.Msg.(*ConnectRequest_Release); ok {
 			return x.Release
 		}
+	}
+	return nil
+}
+
+func (x *ConnectRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -2474,7 +2488,7 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x15provider_operation_id\x18\x04 \x01(\tR\x13providerOperationId\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\"D\n" +
 	"\x14RecordEffectResponse\x12,\n" +
-	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\xc0\x03\n" +
+	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\xd6\x04\n" +
 	"\x0eConnectRequest\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x13.leasehold.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06credit\x18\x02 \x01(\v2\x19.leasehold.v1.CreditGrantH\x00R\x06credit\x127\n" +
@@ -2483,7 +2497,11 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\bcomplete\x18\x05 \x01(\v2\x1d.leasehold.v1.CompleteRequestH\x00R\bcomplete\x122\n" +
 	"\x05retry\x18\x06 \x01(\v2\x1a.leasehold.v1.RetryRequestH\x00R\x05retry\x125\n" +
 	"\x06cancel\x18\a \x01(\v2\x1b.leasehold.v1.CancelRequestH\x00R\x06cancel\x128\n" +
-	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\areleaseB\x05\n" +
+	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12S\n" +
+	"\rtrace_context\x18\t \x03(\v2..leasehold.v1.ConnectRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x05\n" +
 	"\x03msg\"\xe6\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
@@ -2585,7 +2603,7 @@ func file_leasehold_v1_worker_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_worker_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(RenewStatus)(0),               // 0: leasehold.v1.RenewStatus
 	(ReportKind)(0),                // 1: leasehold.v1.ReportKind
@@ -2623,48 +2641,49 @@ var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(*Drain)(nil),                  // 33: leasehold.v1.Drain
 	(*GetVersionRequest)(nil),      // 34: leasehold.v1.GetVersionRequest
 	(*GetVersionResponse)(nil),     // 35: leasehold.v1.GetVersionResponse
-	nil,                            // 36: leasehold.v1.Hello.LabelsEntry
-	(*Job)(nil),                    // 37: leasehold.v1.Job
-	(*LeaseToken)(nil),             // 38: leasehold.v1.LeaseToken
-	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
-	(*Effect)(nil),                 // 40: leasehold.v1.Effect
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
-	(*JobError)(nil),               // 42: leasehold.v1.JobError
-	(*Checkpoint)(nil),             // 43: leasehold.v1.Checkpoint
-	(EffectStatus)(0),              // 44: leasehold.v1.EffectStatus
-	(JobState)(0),                  // 45: leasehold.v1.JobState
+	nil,                            // 36: leasehold.v1.ConnectRequest.TraceContextEntry
+	nil,                            // 37: leasehold.v1.Hello.LabelsEntry
+	(*Job)(nil),                    // 38: leasehold.v1.Job
+	(*LeaseToken)(nil),             // 39: leasehold.v1.LeaseToken
+	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
+	(*Effect)(nil),                 // 41: leasehold.v1.Effect
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*JobError)(nil),               // 43: leasehold.v1.JobError
+	(*Checkpoint)(nil),             // 44: leasehold.v1.Checkpoint
+	(EffectStatus)(0),              // 45: leasehold.v1.EffectStatus
+	(JobState)(0),                  // 46: leasehold.v1.JobState
 }
 var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
-	37, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
-	38, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
-	39, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
-	40, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
-	41, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	41, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	38, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
+	39, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
+	40, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
+	42, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	42, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	2,  // 6: leasehold.v1.ClaimResponse.jobs:type_name -> leasehold.v1.LeasedJob
-	38, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
-	41, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
-	38, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
+	39, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
+	42, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
+	39, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
 	0,  // 10: leasehold.v1.RenewResult.status:type_name -> leasehold.v1.RenewStatus
-	39, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: leasehold.v1.RenewResponse.results:type_name -> leasehold.v1.RenewResult
-	38, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
-	37, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
-	38, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
-	42, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
-	41, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
-	37, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
-	38, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
-	37, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
-	38, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
-	37, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	38, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
-	43, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
-	38, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	40, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
-	38, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	44, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
-	40, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
+	39, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
+	38, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
+	39, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
+	43, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
+	42, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
+	38, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
+	39, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
+	38, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
+	39, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
+	38, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	39, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
+	44, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
+	39, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	41, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
+	39, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	45, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
+	41, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
 	23, // 30: leasehold.v1.ConnectRequest.hello:type_name -> leasehold.v1.Hello
 	24, // 31: leasehold.v1.ConnectRequest.credit:type_name -> leasehold.v1.CreditGrant
 	25, // 32: leasehold.v1.ConnectRequest.heartbeat:type_name -> leasehold.v1.Heartbeat
@@ -2673,54 +2692,55 @@ var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
 	10, // 35: leasehold.v1.ConnectRequest.retry:type_name -> leasehold.v1.RetryRequest
 	12, // 36: leasehold.v1.ConnectRequest.cancel:type_name -> leasehold.v1.CancelRequest
 	14, // 37: leasehold.v1.ConnectRequest.release:type_name -> leasehold.v1.ReleaseRequest
-	36, // 38: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
-	41, // 39: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
-	38, // 40: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
-	41, // 41: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
-	29, // 42: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
-	2,  // 43: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
-	30, // 44: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
-	31, // 45: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
-	32, // 46: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
-	33, // 47: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
-	28, // 48: leasehold.v1.ConnectResponse.report_result:type_name -> leasehold.v1.ReportResult
-	38, // 49: leasehold.v1.ReportResult.token:type_name -> leasehold.v1.LeaseToken
-	1,  // 50: leasehold.v1.ReportResult.kind:type_name -> leasehold.v1.ReportKind
-	45, // 51: leasehold.v1.ReportResult.state:type_name -> leasehold.v1.JobState
-	41, // 52: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
-	41, // 53: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	6,  // 54: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
-	38, // 55: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
-	38, // 56: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
-	41, // 57: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
-	39, // 58: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
-	3,  // 59: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
-	5,  // 60: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
-	8,  // 61: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
-	10, // 62: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
-	12, // 63: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
-	14, // 64: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	16, // 65: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
-	18, // 66: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
-	20, // 67: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
-	22, // 68: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
-	34, // 69: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
-	4,  // 70: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
-	7,  // 71: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
-	9,  // 72: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
-	11, // 73: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
-	13, // 74: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
-	15, // 75: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	17, // 76: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
-	19, // 77: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
-	21, // 78: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
-	27, // 79: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
-	35, // 80: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
-	70, // [70:81] is the sub-list for method output_type
-	59, // [59:70] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	36, // 38: leasehold.v1.ConnectRequest.trace_context:type_name -> leasehold.v1.ConnectRequest.TraceContextEntry
+	37, // 39: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
+	42, // 40: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
+	39, // 41: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
+	42, // 42: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
+	29, // 43: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
+	2,  // 44: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
+	30, // 45: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
+	31, // 46: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
+	32, // 47: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
+	33, // 48: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
+	28, // 49: leasehold.v1.ConnectResponse.report_result:type_name -> leasehold.v1.ReportResult
+	39, // 50: leasehold.v1.ReportResult.token:type_name -> leasehold.v1.LeaseToken
+	1,  // 51: leasehold.v1.ReportResult.kind:type_name -> leasehold.v1.ReportKind
+	46, // 52: leasehold.v1.ReportResult.state:type_name -> leasehold.v1.JobState
+	42, // 53: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
+	42, // 54: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	6,  // 55: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
+	39, // 56: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
+	39, // 57: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
+	42, // 58: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
+	40, // 59: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
+	3,  // 60: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
+	5,  // 61: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
+	8,  // 62: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
+	10, // 63: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
+	12, // 64: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
+	14, // 65: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 66: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
+	18, // 67: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
+	20, // 68: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
+	22, // 69: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
+	34, // 70: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
+	4,  // 71: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
+	7,  // 72: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
+	9,  // 73: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
+	11, // 74: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
+	13, // 75: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
+	15, // 76: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 77: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
+	19, // 78: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
+	21, // 79: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
+	27, // 80: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
+	35, // 81: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
+	71, // [71:82] is the sub-list for method output_type
+	60, // [60:71] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_worker_service_proto_init() }
@@ -2754,7 +2774,7 @@ func file_leasehold_v1_worker_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_worker_service_proto_rawDesc), len(file_leasehold_v1_worker_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// updateDocs regenerates docs/configuration.md's reference table:
+// go generate ./cmd/leasehold (or go test ./cmd/leasehold -run
+// TestConfigurationReference -update-docs).
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/configuration.md's generated table")
+
+//go:generate go test -run TestConfigurationReference|TestChartServeFlags -update-docs .
+
+// serveFlagSet is serve's flags as registered, with no environment.
+func serveFlagSet() *pflag.FlagSet {
+	c := &cli{getenv: func(string) string { return "" }}
+	return c.serveCommand().Flags()
+}
+
+// numericServeFlags are serve's flags that take a number or a duration.
+func numericServeFlags(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	serveFlagSet().VisitAll(func(f *pflag.Flag) {
+		switch f.Value.Type() {
+		case "int", "uint32", "float64", "duration":
+			names = append(names, f.Name)
+		}
+	})
+	if len(names) < 30 {
+		t.Fatalf("only %d numeric serve flags: %v", len(names), names)
+	}
+	return names
+}
+
+// sampleValue is a value flag f accepts that differs from its default.
+func sampleValue(f *pflag.Flag) string {
+	switch f.Value.Type() {
+	case "bool":
+		if f.DefValue == "true" {
+			return "0"
+		}
+		return "1"
+	case "int", "uint32":
+		return "7"
+	case "float64":
+		return "2.5"
+	case "duration":
+		return "3m"
+	case "networks":
+		return "10.0.0.0/8"
+	default:
+		return "sample-" + f.Name
+	}
+}
+
+// Every serve flag has its LEASEHOLD_* variable, named in its usage, and
+// the variable sets it.
+func TestEveryServeFlagHasItsVariable(t *testing.T) {
+	t.Parallel()
+	fs := serveFlagSet()
+	env := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if flagEnvSkipped(f.Name) {
+			return
+		}
+		name := flagEnv(f.Name)
+		if !strings.HasPrefix(name, envPrefix) {
+			t.Errorf("--%s: variable %s lacks the %s prefix", f.Name, name, envPrefix)
+		}
+		if !strings.Contains(f.Usage, "(env "+name) {
+			t.Errorf("--%s: usage %q does not name %s", f.Name, f.Usage, name)
+		}
+		env[name] = sampleValue(f)
+	})
+	if err := bindFlagEnv(func(k string) string { return env[k] }, fs); err != nil {
+		t.Fatal(err)
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if flagEnvSkipped(f.Name) {
+			return
+		}
+		if !f.Changed || f.Value.String() == f.DefValue {
+			t.Errorf("--%s: %s=%q left it at %q", f.Name, flagEnv(f.Name), env[flagEnv(f.Name)], f.Value.String())
+		}
+	})
+}
+
+// Existing variable names keep working, booleans parse like
+// strconv.ParseBool, and the command line wins over the environment.
+func TestServeFlagEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ flag, env string }{
+		{"tls-cert-file", "LEASEHOLD_SERVER_TLS_CERT_FILE"},
+		{"tls-key-file", "LEASEHOLD_SERVER_TLS_KEY_FILE"},
+		{"tls-client-ca-file", "LEASEHOLD_SERVER_TLS_CLIENT_CA_FILE"},
+		{"auth", "LEASEHOLD_AUTH"},
+		{"outbox-schema", "LEASEHOLD_OUTBOX_SCHEMA"},
+		{"database-url", "LEASEHOLD_DATABASE_URL"},
+		{"http-listen", "LEASEHOLD_HTTP_LISTEN"},
+		{"max-payload-bytes", "LEASEHOLD_MAX_PAYLOAD_BYTES"},
+		{"retention", "LEASEHOLD_RETENTION"},
+		{"idempotency-window", "LEASEHOLD_IDEMPOTENCY_WINDOW"},
+	} {
+		if got := flagEnv(tc.flag); got != tc.env {
+			t.Errorf("--%s: variable %s, want %s", tc.flag, got, tc.env)
+		}
+	}
+	for _, v := range []string{"1", "t", "TRUE", "true"} {
+		fs := serveFlagSet()
+		if err := bindFlagEnv(func(k string) string { return map[string]string{"LEASEHOLD_PPROF": v}[k] }, fs); err != nil {
+			t.Fatalf("LEASEHOLD_PPROF=%s: %v", v, err)
+		}
+		if got := fs.Lookup("pprof").Value.String(); got != "true" {
+			t.Errorf("LEASEHOLD_PPROF=%s: --pprof %s", v, got)
+		}
+	}
+	fs := serveFlagSet()
+	if err := fs.Parse([]string{"--retention", "48h"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"LEASEHOLD_RETENTION": "1h", "LEASEHOLD_IDEMPOTENCY_WINDOW": "2h"}
+	if err := bindFlagEnv(func(k string) string { return env[k] }, fs); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := fs.Lookup("retention").Value.String(), fs.Lookup("idempotency-window").Value.String(); r != "48h0m0s" || w != "2h0m0s" {
+		t.Errorf("--retention %s (flag 48h, env 1h), --idempotency-window %s (env 2h)", r, w)
+	}
+	var stderr bytes.Buffer
+	c := &cli{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &stderr,
+		getenv: func(k string) string { return map[string]string{"LEASEHOLD_PPROF": "maybe"}[k] }}
+	if code := c.run(context.Background(), []string{"serve", "--sqlite-path", filepath.Join(t.TempDir(), "x.db")}); code != exitUsage ||
+		!strings.Contains(stderr.String(), "LEASEHOLD_PPROF") {
+		t.Errorf("LEASEHOLD_PPROF=maybe: exit %d, stderr %q; want a usage error naming it", code, stderr.String())
+	}
+}
+
+// Markers of the generated part of docs/configuration.md.
+const (
+	referenceBegin = "<!-- BEGIN serve flags: generated by `go generate ./cmd/leasehold`, do not edit -->\n"
+	referenceEnd   = "<!-- END serve flags -->\n"
+)
+
+var envInUsage = regexp.MustCompile(` ?\(env [A-Z0-9_]+[^)]*\)`)
+
+// configurationReference is the table of serve's flags, from the code.
+func configurationReference() string {
+	var b strings.Builder
+	b.WriteString(referenceBegin)
+	b.WriteString("| flag | environment | default | meaning |\n| --- | --- | --- | --- |\n")
+	serveFlagSet().VisitAll(func(f *pflag.Flag) {
+		if flagEnvSkipped(f.Name) {
+			return
+		}
+		def := "`" + f.DefValue + "`"
+		if f.DefValue == "" {
+			def = "empty"
+		}
+		usage := envInUsage.ReplaceAllString(f.Usage, "")
+		usage = strings.ReplaceAll(usage, "|", `\|`)
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, flagEnv(f.Name), def, usage)
+	})
+	b.WriteString(referenceEnd)
+	return b.String()
+}
+
+// serveFlagNames is the chart's list of serve's flags (its settings
+// value refuses other names), one a line.
+func serveFlagNames() string {
+	var b strings.Builder
+	serveFlagSet().VisitAll(func(f *pflag.Flag) {
+		if !flagEnvSkipped(f.Name) {
+			b.WriteString(f.Name + "\n")
+		}
+	})
+	return b.String()
+}
+
+// The chart's list of serve flags is the one the code generates.
+func TestChartServeFlags(t *testing.T) {
+	const path = "../../deploy/helm/leasehold/files/serve-flags.txt"
+	want := serveFlagNames()
+	got, err := os.ReadFile(path)
+	if err == nil && string(got) == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s is out of date (%v): run go generate ./cmd/leasehold", path, err)
+}
+
+// docs/configuration.md's reference table is the one the code generates.
+func TestConfigurationReference(t *testing.T) {
+	const path = "../../docs/configuration.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	begin, end := strings.Index(s, referenceBegin), strings.Index(s, referenceEnd)
+	if begin < 0 || end < begin {
+		t.Fatalf("%s lacks the generated table's markers", path)
+	}
+	want := configurationReference()
+	got := s[begin : end+len(referenceEnd)]
+	if got == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(s[:begin]+want+s[end+len(referenceEnd):]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's flag table is out of date: run go generate ./cmd/leasehold", path)
+}
+
+// Retention and the idempotency window are settings that reach the
+// coordinator's Config, with the coordinator's defaults (7 days, 24h).
+func TestServeRetentionSettings(t *testing.T) {
+	t.Parallel()
+	c := &cli{getenv: func(string) string { return "" }}
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	var f limitFlags
+	c.addLimitFlags(fs, &f)
+	var cfg coordinator.Config
+	f.apply(&cfg)
+	if cfg.Retention != 7*24*time.Hour || cfg.IdempotencyWindow != 24*time.Hour || cfg.RetentionInterval != coordinator.RetentionIntervalDefault {
+		t.Fatalf("defaults: retention %v, idempotency window %v, interval %v; want 168h, 24h, %v",
+			cfg.Retention, cfg.IdempotencyWindow, cfg.RetentionInterval, coordinator.RetentionIntervalDefault)
+	}
+	env := map[string]string{"LEASEHOLD_RETENTION": "720h", "LEASEHOLD_IDEMPOTENCY_WINDOW": "1h", "LEASEHOLD_RETENTION_INTERVAL": "5m"}
+	if err := bindFlagEnv(func(k string) string { return env[k] }, fs); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(&cfg)
+	if cfg.Retention != 720*time.Hour || cfg.IdempotencyWindow != time.Hour || cfg.RetentionInterval != 5*time.Minute {
+		t.Fatalf("from the environment: retention %v, idempotency window %v, interval %v", cfg.Retention, cfg.IdempotencyWindow, cfg.RetentionInterval)
+	}
+}
