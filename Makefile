@@ -45,7 +45,7 @@ BENCH_FLAGS ?=
 # "context deadline exceeded" at the end (go.dev/issue/75804).
 FUZZTIME ?= 20000x
 
-.PHONY: all tools grpcurl generate lint breaking build test test-long ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
+.PHONY: all tools grpcurl generate lint breaking build release test test-long ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
 
 all: lint build test
 
@@ -98,6 +98,20 @@ build:
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/leasehold ./cmd/leasehold
 	@echo 'built ./.bin/leasehold; put it on your PATH with:'
 	@echo '  export PATH="$$PWD/.bin:$$PATH"'
+
+## release: static binaries (CGO_ENABLED=0, version stamped as by build)
+## for RELEASE_PLATFORMS into dist/, named leasehold-<os>-<arch>, with
+## their sha256 sums in dist/SHA256SUMS (check with sha256sum -c).
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf dist && mkdir -p dist
+	@for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  echo "go build leasehold-$$os-$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	    -o dist/leasehold-$$os-$$arch ./cmd/leasehold || exit 1; \
+	done
+	cd dist && sha256sum leasehold-* > SHA256SUMS && cat SHA256SUMS
 
 ## test: every test, with the race detector, PostgreSQL included (the test
 ## database is created when missing).
@@ -163,4 +177,4 @@ prometheus-check:
 	deploy/prometheus-check.sh
 
 clean:
-	rm -rf $(BIN) bench.txt
+	rm -rf $(BIN) bench.txt dist
