@@ -1,0 +1,120 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/store"
+)
+
+// TestAClaimThatGetsNothingBindsNoWorkerID: a key scoped to other queues
+// cannot squat the real worker's id with an empty Claim or a Hello; the
+// id binds on its first granted lease.
+func TestAClaimThatGetsNothingBindsNoWorkerID(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	realKey, _ := e.key(tenantA, store.RoleWorker, "emails")
+	squatKey, _ := e.key(tenantA, store.RoleWorker, "other")
+	real := leaseholdv1.NewWorkerServiceClient(e.dial(realKey))
+	squat := leaseholdv1.NewWorkerServiceClient(e.dial(squatKey))
+
+	got, err := squat.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"other"}})
+	if err != nil || len(got.GetJobs()) != 0 {
+		t.Fatalf("the squatter's empty claim: %v, %d jobs", err, len(got.GetJobs()))
+	}
+	stream, err := squat.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+		WorkerId: "real-1", Queues: []string{"other"}, Capacity: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("the squatter's Hello: %v, %v", m, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
+
+	e.job(tenantA, "emails")
+	claimed, err := real.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"emails"}})
+	if err != nil || len(claimed.GetJobs()) != 1 {
+		t.Fatalf("the real worker's claim after the squatter's: %v, %d jobs; want its job", err, len(claimed.GetJobs()))
+	}
+	// Its granted lease bound the id: now the other key is refused.
+	if _, err := squat.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"other"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("another key claiming the bound id: %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestAStreamWhoseIDWasBoundElsewhereGetsNoLease: a stream's Hello binds
+// nothing, so another principal may bind the id first (through another
+// coordinator); the stream then ends PERMISSION_DENIED at its first lease,
+// which goes back to the queue.
+func TestAStreamWhoseIDWasBoundElsewhereGetsNoLease(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	key, _ := e.key(tenantA, store.RoleWorker)
+	_, owner := e.key(tenantA, store.RoleWorker)
+	q := e.uniq("bq")
+	stream, err := leaseholdv1.NewWorkerServiceClient(e.dial(key)).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Hello{Hello: &leaseholdv1.Hello{
+		WorkerId: "w-late", Queues: []string{q}, Capacity: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("Hello: %v, %v", m, err)
+	}
+	if err := stream.Send(&leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_Credit{Credit: &leaseholdv1.CreditGrant{Credits: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.BindWorker(ctx, store.BindWorkerParams{Tenant: tenantA, WorkerID: "w-late", PrincipalID: owner.ID}); err != nil {
+		t.Fatal(err)
+	}
+	job := e.job(tenantA, q)
+	for {
+		m, err := stream.Recv()
+		if err == nil {
+			if m.GetLease() != nil {
+				t.Fatalf("the stream was pushed a lease of a worker id another principal owns: %v", m)
+			}
+			continue
+		}
+		if status.Code(err) != codes.PermissionDenied || reasonOf(err) != ReasonPermissionDenied {
+			t.Fatalf("stream ended with %v, want PERMISSION_DENIED", err)
+		}
+		break
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j, err := e.st.GetJob(ctx, tenantA, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == store.JobStateQueued {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused stream's lease was not released: job %s", j.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
