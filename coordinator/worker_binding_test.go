@@ -22,7 +22,7 @@ func TestAClaimThatGetsNothingBindsNoWorkerID(t *testing.T) {
 	defer cancel()
 	realKey, _ := e.key(tenantA, store.RoleWorker, "emails")
 	squatKey, _ := e.key(tenantA, store.RoleWorker, "other")
-	real := leaseholdv1.NewWorkerServiceClient(e.dial(realKey))
+	owner := leaseholdv1.NewWorkerServiceClient(e.dial(realKey))
 	squat := leaseholdv1.NewWorkerServiceClient(e.dial(squatKey))
 
 	got, err := squat.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"other"}})
@@ -50,7 +50,7 @@ func TestAClaimThatGetsNothingBindsNoWorkerID(t *testing.T) {
 	}
 
 	e.job(tenantA, "emails")
-	claimed, err := real.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"emails"}})
+	claimed, err := owner.Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "real-1", Queues: []string{"emails"}})
 	if err != nil || len(claimed.GetJobs()) != 1 {
 		t.Fatalf("the real worker's claim after the squatter's: %v, %d jobs; want its job", err, len(claimed.GetJobs()))
 	}

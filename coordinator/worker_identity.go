@@ -25,8 +25,7 @@ import (
 // stream pushes its first lease (session.bindOnce), and on each lease-bound
 // call with its token's worker id (Renew with each distinct one). Reports
 // sent on a Connect stream need no call of their own: the stream accepts
-// only tokens of its Hello's worker id. An operator releases a binding
-// with AdminService.ReleaseWorkerBinding.
+// only tokens of its Hello's worker id.
 
 // workerOwnersMax bounds the cache of known owners; when full it starts
 // over.
@@ -37,8 +36,9 @@ const workerOwnersMax = 100_000
 const workerOwnersTTL = time.Minute
 
 // workerOwners caches bindings already confirmed by the store. A binding
-// changes only when an operator releases it (forget here, workerOwnersTTL
-// elsewhere), and a revoked principal cannot authenticate.
+// changes only when it is removed from the store (store.ReleaseWorker),
+// seen here within workerOwnersTTL, and a revoked principal cannot
+// authenticate.
 type workerOwners struct {
 	mu sync.Mutex // guards owners
 	// owners maps (tenant, worker id) to the owning principal's id.
@@ -67,12 +67,6 @@ func (w *workerOwners) put(k sessionKey, id string) {
 		w.owners = make(map[sessionKey]cachedOwner)
 	}
 	w.owners[k] = cachedOwner{id: id, expires: time.Now().Add(workerOwnersTTL)}
-}
-
-func (w *workerOwners) forget(k sessionKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.owners, k)
 }
 
 // checkWorker makes sure the caller may act as workerID, binding the id to
