@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,5 +117,65 @@ func TestAStreamWhoseIDWasBoundElsewhereGetsNoLease(t *testing.T) {
 			t.Fatalf("the refused stream's lease was not released: job %s", j.State)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAnOperatorReleasesAWorkerIDBinding: after an unscoped operator's
+// release the next principal granted a lease owns the id; a scoped
+// operator may not release; the release is audited.
+func TestAnOperatorReleasesAWorkerIDBinding(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	firstKey, first := e.key(tenantA, store.RoleWorker)
+	nextKey, next := e.key(tenantA, store.RoleWorker)
+	opKey, _ := e.key(tenantA, store.RoleOperator)
+	scopedOpKey, _ := e.key(tenantA, store.RoleOperator, "emails")
+	q := e.uniq("rq")
+	claim := func(key string) (*leaseholdv1.ClaimResponse, error) {
+		e.job(tenantA, q)
+		return leaseholdv1.NewWorkerServiceClient(e.dial(key)).Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "fixed-1", Queues: []string{q}})
+	}
+	if got, err := claim(firstKey); err != nil || len(got.GetJobs()) != 1 {
+		t.Fatalf("first claim: %v", err)
+	}
+	if _, err := claim(nextKey); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("another principal before the release: %v, want PERMISSION_DENIED", err)
+	}
+	_, err := leaseholdv1.NewAdminServiceClient(e.dial(scopedOpKey)).ReleaseWorkerBinding(ctx, &leaseholdv1.ReleaseWorkerBindingRequest{WorkerId: "fixed-1"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a scoped operator releasing: %v, want PERMISSION_DENIED", err)
+	}
+	admin := leaseholdv1.NewAdminServiceClient(e.dial(opKey))
+	_, err = admin.ReleaseWorkerBinding(ctx, &leaseholdv1.ReleaseWorkerBindingRequest{WorkerId: "bad worker"})
+	if status.Code(err) != codes.InvalidArgument || !slices.Contains(fieldViolations(err), "worker_id") {
+		t.Errorf("an invalid worker id: %v, want INVALID_ARGUMENT worker_id", err)
+	}
+	rel, err := admin.ReleaseWorkerBinding(ctx, &leaseholdv1.ReleaseWorkerBindingRequest{WorkerId: "fixed-1"})
+	if err != nil || rel.GetPreviousOwnerId() != first.ID {
+		t.Fatalf("release: %v, %v; want previous owner %s", rel, err, first.ID)
+	}
+	if got, err := claim(nextKey); err != nil || len(got.GetJobs()) != 1 {
+		t.Fatalf("the next principal after the release: %v", err)
+	}
+	if owner, err := e.st.WorkerOwner(ctx, tenantA, "fixed-1"); err != nil || owner != next.ID {
+		t.Errorf("owner after the release and a grant: %q, %v; want %s", owner, err, next.ID)
+	}
+	if _, err := claim(firstKey); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("the former owner after the release: %v, want PERMISSION_DENIED", err)
+	}
+	events, err := admin.ListAuditEvents(ctx, &leaseholdv1.ListAuditEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range events.GetEvents() {
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED && ev.GetTarget() == "fixed-1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no WORKER_BINDING_RELEASED audit event for fixed-1 in %v", events.GetEvents())
 	}
 }

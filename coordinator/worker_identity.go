@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -25,7 +26,8 @@ import (
 // stream pushes its first lease (session.bindOnce), and on each lease-bound
 // call with its token's worker id (Renew with each distinct one). Reports
 // sent on a Connect stream need no call of their own: the stream accepts
-// only tokens of its Hello's worker id.
+// only tokens of its Hello's worker id. An operator frees a worker id
+// with AdminService.ReleaseWorkerBinding.
 
 // workerOwnersMax bounds the cache of known owners; when full it starts
 // over.
@@ -67,6 +69,37 @@ func (w *workerOwners) put(k sessionKey, id string) {
 		w.owners = make(map[sessionKey]cachedOwner)
 	}
 	w.owners[k] = cachedOwner{id: id, expires: time.Now().Add(workerOwnersTTL)}
+}
+
+func (w *workerOwners) forget(k sessionKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.owners, k)
+}
+
+// workerBindingChange names ReleaseWorkerBinding for checkUnscoped: a
+// worker id is tenant-wide, not a queue's.
+const workerBindingChange = "releasing a worker id's binding"
+
+// ReleaseWorkerBinding frees a worker id from its owner (an operator's
+// action): this coordinator forgets it at once, others within
+// workerOwnersTTL.
+func (a *adminService) ReleaseWorkerBinding(ctx context.Context, req *leaseholdv1.ReleaseWorkerBindingRequest) (*leaseholdv1.ReleaseWorkerBindingResponse, error) {
+	c := a.c
+	if err := checkUnscoped(ctx, workerBindingChange); err != nil {
+		return nil, err
+	}
+	tenant, id := tenantFrom(ctx), req.GetWorkerId()
+	if !store.ValidWorkerID(id) {
+		return nil, toStatus(ctx, c.log, store.Invalid("worker_id", "must be 1-128 characters of [A-Za-z0-9._:@/-]"))
+	}
+	owner, err := c.store.ReleaseWorker(ctx, tenant, id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	c.workerOwners.forget(sessionKey{tenant, id})
+	c.audit(ctx, store.AuditWorkerBindingReleased, id, map[string]any{"previous_owner": owner})
+	return &leaseholdv1.ReleaseWorkerBindingResponse{PreviousOwnerId: owner}, nil
 }
 
 // checkWorker makes sure the caller may act as workerID, binding the id to
