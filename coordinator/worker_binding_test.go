@@ -133,8 +133,10 @@ func TestAnOperatorReleasesAWorkerIDBinding(t *testing.T) {
 	opKey, _ := e.key(tenantA, store.RoleOperator)
 	scopedOpKey, _ := e.key(tenantA, store.RoleOperator, "emails")
 	q := e.uniq("rq")
-	claim := func(key string) (*leaseholdv1.ClaimResponse, error) {
+	for range 3 {
 		e.job(tenantA, q)
+	}
+	claim := func(key string) (*leaseholdv1.ClaimResponse, error) {
 		return leaseholdv1.NewWorkerServiceClient(e.dial(key)).Claim(ctx, &leaseholdv1.ClaimRequest{WorkerId: "fixed-1", Queues: []string{q}})
 	}
 	if got, err := claim(firstKey); err != nil || len(got.GetJobs()) != 1 {
