@@ -421,6 +421,9 @@ func matrixCases() map[string]rpcCase {
 		leaseholdv1.AdminService_ListAuditEvents_FullMethodName: {func(*authEnv, string) proto.Message {
 			return &leaseholdv1.ListAuditEventsRequest{}
 		}, ok, ok},
+		leaseholdv1.AdminService_ReleaseWorkerBinding_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ReleaseWorkerBindingRequest{WorkerId: e.uniq("w-free")}
+		}, ok, ok},
 
 		leaseholdv1.ScheduleService_CreateSchedule_FullMethodName: {func(e *authEnv, _ string) proto.Message {
 			return &leaseholdv1.CreateScheduleRequest{Name: e.uniq("s"), Spec: &leaseholdv1.ScheduleSpec{

@@ -69,17 +69,18 @@ func ToPrincipal(p *store.Principal) *leaseholdv1.Principal {
 }
 
 var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
-	store.AuditQueuePolicyUpdated:   leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_POLICY_UPDATED,
-	store.AuditQueuePaused:          leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_PAUSED,
-	store.AuditQueueResumed:         leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_RESUMED,
-	store.AuditJobCancelled:         leaseholdv1.AuditAction_AUDIT_ACTION_JOB_CANCELLED,
-	store.AuditDeadJobReplayed:      leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_REPLAYED,
-	store.AuditDeadJobAbandoned:     leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_ABANDONED,
-	store.AuditAPIKeyCreated:        leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_CREATED,
-	store.AuditAPIKeyRevoked:        leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_REVOKED,
-	store.AuditBreakerReset:         leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_RESET,
-	store.AuditBreakerForcedOpen:    leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_FORCED_OPEN,
-	store.AuditBreakerPolicyUpdated: leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED,
+	store.AuditQueuePolicyUpdated:    leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_POLICY_UPDATED,
+	store.AuditQueuePaused:           leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_PAUSED,
+	store.AuditQueueResumed:          leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_RESUMED,
+	store.AuditJobCancelled:          leaseholdv1.AuditAction_AUDIT_ACTION_JOB_CANCELLED,
+	store.AuditDeadJobReplayed:       leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_REPLAYED,
+	store.AuditDeadJobAbandoned:      leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_ABANDONED,
+	store.AuditAPIKeyCreated:         leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_CREATED,
+	store.AuditAPIKeyRevoked:         leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_REVOKED,
+	store.AuditBreakerReset:          leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_RESET,
+	store.AuditBreakerForcedOpen:     leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_FORCED_OPEN,
+	store.AuditBreakerPolicyUpdated:  leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED,
+	store.AuditWorkerBindingReleased: leaseholdv1.AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED,
 }
 
 func toAuditEvent(e store.AuditEvent) *leaseholdv1.AuditEvent {

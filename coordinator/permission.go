@@ -33,6 +33,7 @@ const (
 	permBreakerRead  permission = "breakers.read"
 	permBreakerWrite permission = "breakers.write"
 	permWorkersRead  permission = "workers.read"
+	permWorkersWrite permission = "workers.write"
 	permAuditRead    permission = "audit.read"
 	permKeysManage   permission = "keys.manage"
 	// Schedules: producers define them in their queue scopes; operators
@@ -73,26 +74,27 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.WorkerService_GetVersion_FullMethodName:     permAuthenticated,
 
 	// AdminService: operators, readers, admins.
-	leaseholdv1.AdminService_ListQueues_FullMethodName:          permQueuesRead,
-	leaseholdv1.AdminService_GetQueue_FullMethodName:            permQueuesRead,
-	leaseholdv1.AdminService_UpdateQueuePolicy_FullMethodName:   permQueuesWrite,
-	leaseholdv1.AdminService_PauseQueue_FullMethodName:          permQueuesWrite,
-	leaseholdv1.AdminService_ResumeQueue_FullMethodName:         permQueuesWrite,
-	leaseholdv1.AdminService_ListDeadJobs_FullMethodName:        permDeadRead,
-	leaseholdv1.AdminService_GetDeadJob_FullMethodName:          permDeadRead,
-	leaseholdv1.AdminService_ReplayDeadJob_FullMethodName:       permDeadWrite,
-	leaseholdv1.AdminService_AbandonDeadJob_FullMethodName:      permDeadWrite,
-	leaseholdv1.AdminService_ListBreakers_FullMethodName:        permBreakerRead,
-	leaseholdv1.AdminService_ResetBreaker_FullMethodName:        permBreakerWrite,
-	leaseholdv1.AdminService_GetBreaker_FullMethodName:          permBreakerRead,
-	leaseholdv1.AdminService_ListBreakerEvents_FullMethodName:   permBreakerRead,
-	leaseholdv1.AdminService_ForceOpenBreaker_FullMethodName:    permBreakerWrite,
-	leaseholdv1.AdminService_UpdateBreakerPolicy_FullMethodName: permBreakerWrite,
-	leaseholdv1.AdminService_ListWorkers_FullMethodName:         permWorkersRead,
-	leaseholdv1.AdminService_CreateApiKey_FullMethodName:        permKeysManage,
-	leaseholdv1.AdminService_ListApiKeys_FullMethodName:         permKeysManage,
-	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:        permKeysManage,
-	leaseholdv1.AdminService_ListAuditEvents_FullMethodName:     permAuditRead,
+	leaseholdv1.AdminService_ListQueues_FullMethodName:           permQueuesRead,
+	leaseholdv1.AdminService_GetQueue_FullMethodName:             permQueuesRead,
+	leaseholdv1.AdminService_UpdateQueuePolicy_FullMethodName:    permQueuesWrite,
+	leaseholdv1.AdminService_PauseQueue_FullMethodName:           permQueuesWrite,
+	leaseholdv1.AdminService_ResumeQueue_FullMethodName:          permQueuesWrite,
+	leaseholdv1.AdminService_ListDeadJobs_FullMethodName:         permDeadRead,
+	leaseholdv1.AdminService_GetDeadJob_FullMethodName:           permDeadRead,
+	leaseholdv1.AdminService_ReplayDeadJob_FullMethodName:        permDeadWrite,
+	leaseholdv1.AdminService_AbandonDeadJob_FullMethodName:       permDeadWrite,
+	leaseholdv1.AdminService_ListBreakers_FullMethodName:         permBreakerRead,
+	leaseholdv1.AdminService_ResetBreaker_FullMethodName:         permBreakerWrite,
+	leaseholdv1.AdminService_GetBreaker_FullMethodName:           permBreakerRead,
+	leaseholdv1.AdminService_ListBreakerEvents_FullMethodName:    permBreakerRead,
+	leaseholdv1.AdminService_ForceOpenBreaker_FullMethodName:     permBreakerWrite,
+	leaseholdv1.AdminService_UpdateBreakerPolicy_FullMethodName:  permBreakerWrite,
+	leaseholdv1.AdminService_ListWorkers_FullMethodName:          permWorkersRead,
+	leaseholdv1.AdminService_ReleaseWorkerBinding_FullMethodName: permWorkersWrite,
+	leaseholdv1.AdminService_CreateApiKey_FullMethodName:         permKeysManage,
+	leaseholdv1.AdminService_ListApiKeys_FullMethodName:          permKeysManage,
+	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:         permKeysManage,
+	leaseholdv1.AdminService_ListAuditEvents_FullMethodName:      permAuditRead,
 
 	// ScheduleService: producers define, operators pause and resume,
 	// both trigger, readers read.
@@ -136,11 +138,11 @@ var rolePermissions = map[store.Role][]permission{
 	store.RoleReader: {permAuthenticated, permJobsRead, permQueuesRead, permDeadRead,
 		permBreakerRead, permWorkersRead, permSchedulesRead},
 	store.RoleOperator: {permAuthenticated, permJobsRead, permJobsCancel, permQueuesRead, permQueuesWrite,
-		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permAuditRead,
+		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permWorkersWrite, permAuditRead,
 		permSchedulesRead, permSchedulesPause, permSchedulesTrigger},
 	store.RoleAdmin: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel, permWork,
 		permQueuesRead, permQueuesWrite, permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite,
-		permWorkersRead, permAuditRead, permKeysManage,
+		permWorkersRead, permWorkersWrite, permAuditRead, permKeysManage,
 		permSchedulesRead, permSchedulesWrite, permSchedulesPause, permSchedulesTrigger},
 }
 

@@ -53,8 +53,8 @@ func TestRolePermissions(t *testing.T) {
 		store.RoleProducer: "authenticated jobs.create jobs.read jobs.cancel schedules.read schedules.write schedules.trigger",
 		store.RoleWorker:   "authenticated work",
 		store.RoleReader:   "authenticated jobs.read queues.read dead.read breakers.read workers.read schedules.read",
-		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read schedules.read schedules.pause schedules.trigger",
-		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read audit.read keys.manage schedules.read schedules.write schedules.pause schedules.trigger",
+		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read schedules.read schedules.pause schedules.trigger",
+		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read keys.manage schedules.read schedules.write schedules.pause schedules.trigger",
 	}
 	for _, r := range store.Roles {
 		var got []string

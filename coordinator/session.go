@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ type session struct {
 	closed      bool          // the stream is ending: nothing more is queued
 	draining    bool          // Drain was sent: no more leases
 	signal      chan struct{} // capacity 1: out has messages
+	bound       bool          // the worker id is bound (before the first lease is sent); sendLoop's only
 }
 
 // Bounds of a session's outbound queue. Past the soft bounds the
@@ -221,7 +223,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	if err != nil {
 		return toStatus(ctx, c.log, err)
 	}
-	// Binding the worker id may write to the store: in the write lane.
+	// Checking the worker id reads the store; the first lease binds it.
 	if err := c.shedder.write(ctx, leaseholdv1.WorkerService_Connect_FullMethodName, func() error {
 		return c.checkClaim(ctx, h.workerID, h.queues)
 	}); err != nil {
@@ -278,7 +280,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	cancel(nil)
 	s.reports.Wait()
 	s.stopAckTimer()
-	if cause := context.Cause(sctx); errors.Is(cause, errNotAcknowledging) || errors.Is(cause, errNotReading) {
+	if cause := context.Cause(sctx); errors.Is(cause, errNotAcknowledging) || errors.Is(cause, errNotReading) || errors.Is(cause, errWorkerTaken) {
 		// No round may claim for the stream again (the released leases
 		// make room under its bound): its Deliver would refuse them.
 		c.dispatcher.Remove(s.waiter)
@@ -290,7 +292,11 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 // sendLoop is the only sender on the stream.
 func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvDone <-chan error) error {
 	flush := func() error {
-		for _, m := range s.takeOut() {
+		out := s.takeOut()
+		if err := s.bindOnce(out); err != nil {
+			return err
+		}
+		for _, m := range out {
 			if err := stream.Send(m); err != nil {
 				return connectionGone(err)
 			}
@@ -330,6 +336,24 @@ func (s *session) sendLoop(stream leaseholdv1.WorkerService_ConnectServer, recvD
 			}
 		}
 	}
+}
+
+// errWorkerTaken ends a stream whose worker id another principal bound
+// before the stream's first lease: its leases, never sent, are released.
+var errWorkerTaken = errors.New("the worker id belongs to another principal")
+
+// bindOnce binds the stream's worker id before the first lease in out is
+// sent (the Hello only checked it); sendLoop alone calls it.
+func (s *session) bindOnce(out []*leaseholdv1.ConnectResponse) error {
+	if s.bound || !slices.ContainsFunc(out, func(m *leaseholdv1.ConnectResponse) bool { return m.GetLease() != nil }) {
+		return nil
+	}
+	if err := s.c.checkWorker(s.ctx, s.hello.workerID); err != nil {
+		s.cancel(errWorkerTaken)
+		return err
+	}
+	s.bound = true
+	return nil
 }
 
 func (s *session) close() {

@@ -55,6 +55,14 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	if len(jobs) > 0 {
+		// The first granted lease binds the worker id; refused (another
+		// principal bound it meanwhile), the leases go back.
+		if err := c.checkWorker(ctx, p.Worker); err != nil {
+			c.releaseAll(ctx, p.Tenant, jobs)
+			return nil, err
+		}
+	}
 	c.leasesClaimed(ctx, p.Tenant, jobs)
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {

@@ -152,17 +152,18 @@ type AuditAction string
 
 // The audited actions.
 const (
-	AuditQueuePolicyUpdated   AuditAction = "queue_policy_updated"
-	AuditQueuePaused          AuditAction = "queue_paused"
-	AuditQueueResumed         AuditAction = "queue_resumed"
-	AuditJobCancelled         AuditAction = "job_cancelled"
-	AuditDeadJobReplayed      AuditAction = "dead_job_replayed"
-	AuditDeadJobAbandoned     AuditAction = "dead_job_abandoned"
-	AuditAPIKeyCreated        AuditAction = "api_key_created"
-	AuditAPIKeyRevoked        AuditAction = "api_key_revoked"
-	AuditBreakerReset         AuditAction = "breaker_reset"
-	AuditBreakerForcedOpen    AuditAction = "breaker_forced_open"
-	AuditBreakerPolicyUpdated AuditAction = "breaker_policy_updated"
+	AuditQueuePolicyUpdated    AuditAction = "queue_policy_updated"
+	AuditQueuePaused           AuditAction = "queue_paused"
+	AuditQueueResumed          AuditAction = "queue_resumed"
+	AuditJobCancelled          AuditAction = "job_cancelled"
+	AuditDeadJobReplayed       AuditAction = "dead_job_replayed"
+	AuditDeadJobAbandoned      AuditAction = "dead_job_abandoned"
+	AuditAPIKeyCreated         AuditAction = "api_key_created"
+	AuditAPIKeyRevoked         AuditAction = "api_key_revoked"
+	AuditBreakerReset          AuditAction = "breaker_reset"
+	AuditBreakerForcedOpen     AuditAction = "breaker_forced_open"
+	AuditBreakerPolicyUpdated  AuditAction = "breaker_policy_updated"
+	AuditWorkerBindingReleased AuditAction = "worker_binding_released"
 )
 
 // AuditEvent is one recorded operator action.
@@ -237,6 +238,12 @@ type Identities interface {
 	// by a revoked principal passes to the next principal that binds it,
 	// so rotating a key does not strand fixed worker ids.
 	BindWorker(ctx context.Context, p BindWorkerParams) (owner string, err error)
+	// WorkerOwner reads the valid principal that owns a worker id, without
+	// binding it: "" when nobody owns it or its owner was revoked.
+	WorkerOwner(ctx context.Context, tenant, workerID string) (owner string, err error)
+	// ReleaseWorker removes a worker id's binding (an operator's action),
+	// returning the owner it had ("" when it had none).
+	ReleaseWorker(ctx context.Context, tenant, workerID string) (owner string, err error)
 	// AppendAudit records an operator action.
 	AppendAudit(ctx context.Context, p AppendAuditParams) (*AuditEvent, error)
 	// ListAudit pages a tenant's audit log newest first (at desc, id desc).

@@ -206,3 +206,14 @@ func (c *Client) ListWorkers(ctx context.Context) ([]*leaseholdv1.WorkerInfo, er
 	}
 	return resp.GetWorkers(), nil
 }
+
+// ReleaseWorkerBinding frees a worker id from the principal that owns it
+// (an operator's action), returning that principal's id ("" when the id
+// had no owner).
+func (c *Client) ReleaseWorkerBinding(ctx context.Context, workerID string) (string, error) {
+	resp, err := c.admin.ReleaseWorkerBinding(ctx, &leaseholdv1.ReleaseWorkerBindingRequest{WorkerId: workerID})
+	if err != nil {
+		return "", fmt.Errorf("leasehold: release worker binding %q: %w", workerID, err)
+	}
+	return resp.GetPreviousOwnerId(), nil
+}

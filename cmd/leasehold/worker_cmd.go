@@ -45,10 +45,31 @@ const (
 )
 
 func (c *cli) workerCommand() *cobra.Command {
-	return c.group("worker", "List workers; exec a program as a worker",
+	return c.group("worker", "List workers; exec a program as a worker; release a worker id's binding",
 		c.workerListCommand(),
 		c.workerExecCommand(),
+		c.workerReleaseBindingCommand(),
 	)
+}
+
+func (c *cli) workerReleaseBindingCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "release-binding ID",
+		Short: "Free a worker id from the key that owns it (the next key granted a lease as it owns it)",
+		Args:  positional("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
+				owner, err := client.ReleaseWorkerBinding(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if owner == "" {
+					return out.say(&leaseholdv1.ReleaseWorkerBindingResponse{}, "worker id %s had no owner", args[0])
+				}
+				return out.say(&leaseholdv1.ReleaseWorkerBindingResponse{PreviousOwnerId: owner}, "worker id %s released from %s", args[0], owner)
+			})
+		},
+	}
 }
 
 func (c *cli) workerListCommand() *cobra.Command {

@@ -75,3 +75,18 @@ func TestWorkerListShowsUnaryWorkersAndLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerReleaseBinding: the command answers whose binding it removed
+// (none under --auth none, where no worker id is ever bound).
+func TestWorkerReleaseBinding(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	if r := h.ok("worker", "release-binding", "fixed-1"); !strings.Contains(r.stdout, "worker id fixed-1 had no owner") {
+		t.Errorf("release-binding said %q", r.stdout)
+	}
+	var resp leaseholdv1.ReleaseWorkerBindingResponse
+	h.json(&resp, "worker", "release-binding", "fixed-1")
+	if resp.GetPreviousOwnerId() != "" {
+		t.Errorf("previous owner %q under --auth none", resp.GetPreviousOwnerId())
+	}
+}

@@ -82,6 +82,15 @@ RETURNING principal_id`
 // qWorkerOwner reads a worker id's owner.
 const qWorkerOwner = `SELECT principal_id FROM worker_identities WHERE tenant = ?1 AND worker_id = ?2`
 
+// qValidWorkerOwner reads a worker id's owner unless it was revoked.
+const qValidWorkerOwner = `
+	SELECT w.principal_id FROM worker_identities w
+	  JOIN principals p ON p.tenant = w.tenant AND p.id = w.principal_id
+	 WHERE w.tenant = ?1 AND w.worker_id = ?2 AND p.revoked_at IS NULL`
+
+// qReleaseWorker removes a worker id's binding.
+const qReleaseWorker = `DELETE FROM worker_identities WHERE tenant = ?1 AND worker_id = ?2 RETURNING principal_id`
+
 const auditColumns = `tenant, id, at, actor, actor_name, action, target, data`
 
 // qInsertAudit records one operator action.
@@ -358,6 +367,54 @@ func (s *Store) BindWorker(ctx context.Context, p store.BindWorkerParams) (strin
 		err := tx.QueryRowContext(ctx, qBindWorker, p.Tenant, p.WorkerID, p.PrincipalID, micros(now)).Scan(&owner)
 		if errors.Is(err, sql.ErrNoRows) {
 			return tx.QueryRowContext(ctx, qWorkerOwner, p.Tenant, p.WorkerID).Scan(&owner)
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return owner, nil
+}
+
+func validWorkerKey(tenant, workerID string) error {
+	if err := store.ValidateTenant(tenant); err != nil {
+		return err
+	}
+	if !store.ValidWorkerID(workerID) {
+		return store.Invalid("worker_id", "must be 1-128 characters of [A-Za-z0-9._:@/-]")
+	}
+	return nil
+}
+
+// WorkerOwner implements store.Identities.
+func (s *Store) WorkerOwner(ctx context.Context, tenant, workerID string) (string, error) {
+	if err := validWorkerKey(tenant, workerID); err != nil {
+		return "", err
+	}
+	var owner string
+	err := s.read(ctx, "worker owner", func(tx *preparedTx) error {
+		err := tx.QueryRowContext(ctx, qValidWorkerOwner, tenant, workerID).Scan(&owner)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return owner, nil
+}
+
+// ReleaseWorker implements store.Identities.
+func (s *Store) ReleaseWorker(ctx context.Context, tenant, workerID string) (string, error) {
+	if err := validWorkerKey(tenant, workerID); err != nil {
+		return "", err
+	}
+	var owner string
+	err := s.write(ctx, "release_worker", func(tx *writeTx) error {
+		err := tx.QueryRowContext(ctx, qReleaseWorker, tenant, workerID).Scan(&owner)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
 		}
 		return err
 	})

@@ -21,6 +21,7 @@ func identityTests() group {
 		{"invalid principals are refused before anything is written", testPrincipalValidation},
 		{"last used is refreshed at most once per interval", testTouchPrincipal},
 		{"a worker id belongs to the principal that bound it first until that one is revoked", testBindWorker},
+		{"reading a worker id's owner binds nothing; a released id binds to the next principal", testWorkerOwnerRelease},
 		{"the audit log pages newest first, per tenant", testAuditPaging},
 		{"cancel, replay and abandon record the acting principal in their events", testActorInEvents},
 		{"the lease key is the first candidate stored, the same for every later caller", testLeaseKey},
@@ -277,6 +278,68 @@ func testBindWorker(t *testing.T, h Harness) {
 	}
 	_, err := e.s.BindWorker(e.ctx, store.BindWorkerParams{Tenant: tenantA, WorkerID: "bad worker", PrincipalID: second.ID})
 	wantErr(t, err, store.ErrInvalid, "bind an invalid worker id")
+}
+
+func testWorkerOwnerRelease(t *testing.T, h Harness) {
+	e := setup(t, h)
+	first := e.createPrincipal(store.CreatePrincipalParams{Tenant: tenantA, Role: store.RoleWorker, KeyHash: keyHashOf("lh_o1"), Now: base})
+	second := e.createPrincipal(store.CreatePrincipalParams{Tenant: tenantA, Role: store.RoleWorker, KeyHash: keyHashOf("lh_o2"), Now: base})
+	owner := func(tenant string) string {
+		t.Helper()
+		o, err := e.s.WorkerOwner(e.ctx, tenant, workerA)
+		if err != nil {
+			t.Fatalf("owner of %s: %v", workerA, err)
+		}
+		return o
+	}
+	bind := func(principal string) string {
+		t.Helper()
+		o, err := e.s.BindWorker(e.ctx, store.BindWorkerParams{Tenant: tenantA, WorkerID: workerA, PrincipalID: principal, Now: at(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if got := owner(tenantA); got != "" {
+		t.Fatalf("unbound id: owner %q", got)
+	}
+	if got := owner(tenantA); got != "" {
+		t.Fatalf("reading the owner bound the id to %q", got)
+	}
+	if got := bind(first.ID); got != first.ID {
+		t.Fatalf("first bind: %s", got)
+	}
+	if got := owner(tenantA); got != first.ID {
+		t.Errorf("bound id: owner %q, want %s", got, first.ID)
+	}
+	if got := owner(tenantB); got != "" {
+		t.Errorf("another tenant's id: owner %q", got)
+	}
+	if got, err := e.s.ReleaseWorker(e.ctx, tenantB, workerA); err != nil || got != "" {
+		t.Errorf("release in another tenant: %q, %v", got, err)
+	}
+	if got, err := e.s.ReleaseWorker(e.ctx, tenantA, workerA); err != nil || got != first.ID {
+		t.Fatalf("release: %q, %v; want %s", got, err, first.ID)
+	}
+	if got := owner(tenantA); got != "" {
+		t.Errorf("released id: owner %q", got)
+	}
+	if got, err := e.s.ReleaseWorker(e.ctx, tenantA, workerA); err != nil || got != "" {
+		t.Errorf("release again: %q, %v", got, err)
+	}
+	if got := bind(second.ID); got != second.ID {
+		t.Errorf("after release the next principal binds: owner %s", got)
+	}
+	if _, err := e.s.RevokePrincipal(e.ctx, store.RevokePrincipalParams{Tenant: tenantA, ID: second.ID, Actor: "key:x", Now: at(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner(tenantA); got != "" {
+		t.Errorf("a revoked owner is no owner: %q", got)
+	}
+	_, err := e.s.WorkerOwner(e.ctx, tenantA, "bad worker")
+	wantErr(t, err, store.ErrInvalid, "owner of an invalid worker id")
+	_, err = e.s.ReleaseWorker(e.ctx, tenantA, "bad worker")
+	wantErr(t, err, store.ErrInvalid, "release an invalid worker id")
 }
 
 func testAuditPaging(t *testing.T, h Harness) {

@@ -2082,6 +2082,98 @@ func (x *ListAuditEventsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// ReleaseWorkerBindingRequest names the worker id to free.
+type ReleaseWorkerBindingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker id: 1-128 characters of [A-Za-z0-9._:@/-].
+	WorkerId      string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseWorkerBindingRequest) Reset() {
+	*x = ReleaseWorkerBindingRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseWorkerBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseWorkerBindingRequest) ProtoMessage() {}
+
+func (x *ReleaseWorkerBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseWorkerBindingRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseWorkerBindingRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReleaseWorkerBindingRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+// ReleaseWorkerBindingResponse tells whose binding was removed.
+type ReleaseWorkerBindingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The principal that owned the worker id; empty when it had no owner.
+	PreviousOwnerId string `protobuf:"bytes,1,opt,name=previous_owner_id,json=previousOwnerId,proto3" json:"previous_owner_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReleaseWorkerBindingResponse) Reset() {
+	*x = ReleaseWorkerBindingResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseWorkerBindingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseWorkerBindingResponse) ProtoMessage() {}
+
+func (x *ReleaseWorkerBindingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseWorkerBindingResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseWorkerBindingResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReleaseWorkerBindingResponse) GetPreviousOwnerId() string {
+	if x != nil {
+		return x.PreviousOwnerId
+	}
+	return ""
+}
+
 var File_leasehold_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_admin_service_proto_rawDesc = "" +
@@ -2198,7 +2290,11 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x17ListAuditEventsResponse\x120\n" +
 	"\x06events\x18\x01 \x03(\v2\x18.leasehold.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xfe\r\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\":\n" +
+	"\x1bReleaseWorkerBindingRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"J\n" +
+	"\x1cReleaseWorkerBindingResponse\x12*\n" +
+	"\x11previous_owner_id\x18\x01 \x01(\tR\x0fpreviousOwnerId2\xed\x0e\n" +
 	"\fAdminService\x12O\n" +
 	"\n" +
 	"ListQueues\x12\x1f.leasehold.v1.ListQueuesRequest\x1a .leasehold.v1.ListQueuesResponse\x12I\n" +
@@ -2223,7 +2319,8 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\fCreateApiKey\x12!.leasehold.v1.CreateApiKeyRequest\x1a\".leasehold.v1.CreateApiKeyResponse\x12R\n" +
 	"\vListApiKeys\x12 .leasehold.v1.ListApiKeysRequest\x1a!.leasehold.v1.ListApiKeysResponse\x12U\n" +
 	"\fRevokeApiKey\x12!.leasehold.v1.RevokeApiKeyRequest\x1a\".leasehold.v1.RevokeApiKeyResponse\x12^\n" +
-	"\x0fListAuditEvents\x12$.leasehold.v1.ListAuditEventsRequest\x1a%.leasehold.v1.ListAuditEventsResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x0fListAuditEvents\x12$.leasehold.v1.ListAuditEventsRequest\x1a%.leasehold.v1.ListAuditEventsResponse\x12m\n" +
+	"\x14ReleaseWorkerBinding\x12).leasehold.v1.ReleaseWorkerBindingRequest\x1a*.leasehold.v1.ReleaseWorkerBindingResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_admin_service_proto_rawDescOnce sync.Once
@@ -2237,91 +2334,93 @@ func file_leasehold_v1_admin_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_admin_service_proto_rawDescData
 }
 
-var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_leasehold_v1_admin_service_proto_goTypes = []any{
-	(*ListQueuesRequest)(nil),           // 0: leasehold.v1.ListQueuesRequest
-	(*QueueSummary)(nil),                // 1: leasehold.v1.QueueSummary
-	(*ListQueuesResponse)(nil),          // 2: leasehold.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),             // 3: leasehold.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),            // 4: leasehold.v1.GetQueueResponse
-	(*UpdateQueuePolicyRequest)(nil),    // 5: leasehold.v1.UpdateQueuePolicyRequest
-	(*UpdateQueuePolicyResponse)(nil),   // 6: leasehold.v1.UpdateQueuePolicyResponse
-	(*PauseQueueRequest)(nil),           // 7: leasehold.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),          // 8: leasehold.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),          // 9: leasehold.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),         // 10: leasehold.v1.ResumeQueueResponse
-	(*ListDeadJobsRequest)(nil),         // 11: leasehold.v1.ListDeadJobsRequest
-	(*ListDeadJobsResponse)(nil),        // 12: leasehold.v1.ListDeadJobsResponse
-	(*GetDeadJobRequest)(nil),           // 13: leasehold.v1.GetDeadJobRequest
-	(*GetDeadJobResponse)(nil),          // 14: leasehold.v1.GetDeadJobResponse
-	(*ReplayDeadJobRequest)(nil),        // 15: leasehold.v1.ReplayDeadJobRequest
-	(*ReplayDeadJobResponse)(nil),       // 16: leasehold.v1.ReplayDeadJobResponse
-	(*AbandonDeadJobRequest)(nil),       // 17: leasehold.v1.AbandonDeadJobRequest
-	(*AbandonDeadJobResponse)(nil),      // 18: leasehold.v1.AbandonDeadJobResponse
-	(*ListBreakersRequest)(nil),         // 19: leasehold.v1.ListBreakersRequest
-	(*ListBreakersResponse)(nil),        // 20: leasehold.v1.ListBreakersResponse
-	(*GetBreakerRequest)(nil),           // 21: leasehold.v1.GetBreakerRequest
-	(*GetBreakerResponse)(nil),          // 22: leasehold.v1.GetBreakerResponse
-	(*ResetBreakerRequest)(nil),         // 23: leasehold.v1.ResetBreakerRequest
-	(*ForceOpenBreakerRequest)(nil),     // 24: leasehold.v1.ForceOpenBreakerRequest
-	(*ForceOpenBreakerResponse)(nil),    // 25: leasehold.v1.ForceOpenBreakerResponse
-	(*UpdateBreakerPolicyRequest)(nil),  // 26: leasehold.v1.UpdateBreakerPolicyRequest
-	(*UpdateBreakerPolicyResponse)(nil), // 27: leasehold.v1.UpdateBreakerPolicyResponse
-	(*ListBreakerEventsRequest)(nil),    // 28: leasehold.v1.ListBreakerEventsRequest
-	(*ListBreakerEventsResponse)(nil),   // 29: leasehold.v1.ListBreakerEventsResponse
-	(*ResetBreakerResponse)(nil),        // 30: leasehold.v1.ResetBreakerResponse
-	(*ListWorkersRequest)(nil),          // 31: leasehold.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 32: leasehold.v1.ListWorkersResponse
-	(*CreateApiKeyRequest)(nil),         // 33: leasehold.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),        // 34: leasehold.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),          // 35: leasehold.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),         // 36: leasehold.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),         // 37: leasehold.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),        // 38: leasehold.v1.RevokeApiKeyResponse
-	(*ListAuditEventsRequest)(nil),      // 39: leasehold.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),     // 40: leasehold.v1.ListAuditEventsResponse
-	(*QueuePolicy)(nil),                 // 41: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),                  // 42: leasehold.v1.QueueStats
-	(JobView)(0),                        // 43: leasehold.v1.JobView
-	(*DeadJob)(nil),                     // 44: leasehold.v1.DeadJob
-	(*Job)(nil),                         // 45: leasehold.v1.Job
-	(*Breaker)(nil),                     // 46: leasehold.v1.Breaker
-	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
-	(*BreakerPolicy)(nil),               // 48: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),                // 49: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),                  // 50: leasehold.v1.WorkerInfo
-	(Role)(0),                           // 51: leasehold.v1.Role
-	(*Principal)(nil),                   // 52: leasehold.v1.Principal
-	(*AuditEvent)(nil),                  // 53: leasehold.v1.AuditEvent
+	(*ListQueuesRequest)(nil),            // 0: leasehold.v1.ListQueuesRequest
+	(*QueueSummary)(nil),                 // 1: leasehold.v1.QueueSummary
+	(*ListQueuesResponse)(nil),           // 2: leasehold.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),              // 3: leasehold.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),             // 4: leasehold.v1.GetQueueResponse
+	(*UpdateQueuePolicyRequest)(nil),     // 5: leasehold.v1.UpdateQueuePolicyRequest
+	(*UpdateQueuePolicyResponse)(nil),    // 6: leasehold.v1.UpdateQueuePolicyResponse
+	(*PauseQueueRequest)(nil),            // 7: leasehold.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),           // 8: leasehold.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),           // 9: leasehold.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),          // 10: leasehold.v1.ResumeQueueResponse
+	(*ListDeadJobsRequest)(nil),          // 11: leasehold.v1.ListDeadJobsRequest
+	(*ListDeadJobsResponse)(nil),         // 12: leasehold.v1.ListDeadJobsResponse
+	(*GetDeadJobRequest)(nil),            // 13: leasehold.v1.GetDeadJobRequest
+	(*GetDeadJobResponse)(nil),           // 14: leasehold.v1.GetDeadJobResponse
+	(*ReplayDeadJobRequest)(nil),         // 15: leasehold.v1.ReplayDeadJobRequest
+	(*ReplayDeadJobResponse)(nil),        // 16: leasehold.v1.ReplayDeadJobResponse
+	(*AbandonDeadJobRequest)(nil),        // 17: leasehold.v1.AbandonDeadJobRequest
+	(*AbandonDeadJobResponse)(nil),       // 18: leasehold.v1.AbandonDeadJobResponse
+	(*ListBreakersRequest)(nil),          // 19: leasehold.v1.ListBreakersRequest
+	(*ListBreakersResponse)(nil),         // 20: leasehold.v1.ListBreakersResponse
+	(*GetBreakerRequest)(nil),            // 21: leasehold.v1.GetBreakerRequest
+	(*GetBreakerResponse)(nil),           // 22: leasehold.v1.GetBreakerResponse
+	(*ResetBreakerRequest)(nil),          // 23: leasehold.v1.ResetBreakerRequest
+	(*ForceOpenBreakerRequest)(nil),      // 24: leasehold.v1.ForceOpenBreakerRequest
+	(*ForceOpenBreakerResponse)(nil),     // 25: leasehold.v1.ForceOpenBreakerResponse
+	(*UpdateBreakerPolicyRequest)(nil),   // 26: leasehold.v1.UpdateBreakerPolicyRequest
+	(*UpdateBreakerPolicyResponse)(nil),  // 27: leasehold.v1.UpdateBreakerPolicyResponse
+	(*ListBreakerEventsRequest)(nil),     // 28: leasehold.v1.ListBreakerEventsRequest
+	(*ListBreakerEventsResponse)(nil),    // 29: leasehold.v1.ListBreakerEventsResponse
+	(*ResetBreakerResponse)(nil),         // 30: leasehold.v1.ResetBreakerResponse
+	(*ListWorkersRequest)(nil),           // 31: leasehold.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 32: leasehold.v1.ListWorkersResponse
+	(*CreateApiKeyRequest)(nil),          // 33: leasehold.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),         // 34: leasehold.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),           // 35: leasehold.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),          // 36: leasehold.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),          // 37: leasehold.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),         // 38: leasehold.v1.RevokeApiKeyResponse
+	(*ListAuditEventsRequest)(nil),       // 39: leasehold.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),      // 40: leasehold.v1.ListAuditEventsResponse
+	(*ReleaseWorkerBindingRequest)(nil),  // 41: leasehold.v1.ReleaseWorkerBindingRequest
+	(*ReleaseWorkerBindingResponse)(nil), // 42: leasehold.v1.ReleaseWorkerBindingResponse
+	(*QueuePolicy)(nil),                  // 43: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),                   // 44: leasehold.v1.QueueStats
+	(JobView)(0),                         // 45: leasehold.v1.JobView
+	(*DeadJob)(nil),                      // 46: leasehold.v1.DeadJob
+	(*Job)(nil),                          // 47: leasehold.v1.Job
+	(*Breaker)(nil),                      // 48: leasehold.v1.Breaker
+	(*durationpb.Duration)(nil),          // 49: google.protobuf.Duration
+	(*BreakerPolicy)(nil),                // 50: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),                 // 51: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),                   // 52: leasehold.v1.WorkerInfo
+	(Role)(0),                            // 53: leasehold.v1.Role
+	(*Principal)(nil),                    // 54: leasehold.v1.Principal
+	(*AuditEvent)(nil),                   // 55: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
-	41, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
-	42, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
+	43, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
+	44, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
 	1,  // 2: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
 	1,  // 3: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
-	41, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
-	41, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	41, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	41, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
-	44, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	44, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	45, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	44, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	46, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	46, // 14: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	47, // 15: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
-	46, // 16: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	48, // 17: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
-	46, // 18: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
-	49, // 19: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
-	46, // 20: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	50, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	51, // 22: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	52, // 23: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	52, // 24: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	52, // 25: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	53, // 26: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	43, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
+	43, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	43, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	43, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	45, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
+	46, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	46, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	47, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	46, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	48, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	48, // 14: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	49, // 15: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
+	48, // 16: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	50, // 17: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
+	48, // 18: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
+	51, // 19: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
+	48, // 20: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	52, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	53, // 22: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	54, // 23: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	54, // 24: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	54, // 25: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	55, // 26: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
 	0,  // 27: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
 	3,  // 28: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
 	5,  // 29: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
@@ -2342,28 +2441,30 @@ var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
 	35, // 44: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
 	37, // 45: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
 	39, // 46: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	2,  // 47: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 48: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 49: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 50: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 51: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 52: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 53: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 54: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 55: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 56: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 57: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
-	30, // 58: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	25, // 59: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
-	27, // 60: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
-	29, // 61: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
-	32, // 62: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	34, // 63: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	36, // 64: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	38, // 65: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	40, // 66: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	47, // [47:67] is the sub-list for method output_type
-	27, // [27:47] is the sub-list for method input_type
+	41, // 47: leasehold.v1.AdminService.ReleaseWorkerBinding:input_type -> leasehold.v1.ReleaseWorkerBindingRequest
+	2,  // 48: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 49: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 50: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 51: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 52: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 53: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 54: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 55: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 56: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 57: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 58: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
+	30, // 59: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	25, // 60: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
+	27, // 61: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
+	29, // 62: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
+	32, // 63: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	34, // 64: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	36, // 65: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	38, // 66: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	40, // 67: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	42, // 68: leasehold.v1.AdminService.ReleaseWorkerBinding:output_type -> leasehold.v1.ReleaseWorkerBindingResponse
+	48, // [48:69] is the sub-list for method output_type
+	27, // [27:48] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -2382,7 +2483,7 @@ func file_leasehold_v1_admin_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_admin_service_proto_rawDesc), len(file_leasehold_v1_admin_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

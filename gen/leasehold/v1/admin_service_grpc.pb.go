@@ -19,26 +19,27 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListQueues_FullMethodName          = "/leasehold.v1.AdminService/ListQueues"
-	AdminService_GetQueue_FullMethodName            = "/leasehold.v1.AdminService/GetQueue"
-	AdminService_UpdateQueuePolicy_FullMethodName   = "/leasehold.v1.AdminService/UpdateQueuePolicy"
-	AdminService_PauseQueue_FullMethodName          = "/leasehold.v1.AdminService/PauseQueue"
-	AdminService_ResumeQueue_FullMethodName         = "/leasehold.v1.AdminService/ResumeQueue"
-	AdminService_ListDeadJobs_FullMethodName        = "/leasehold.v1.AdminService/ListDeadJobs"
-	AdminService_GetDeadJob_FullMethodName          = "/leasehold.v1.AdminService/GetDeadJob"
-	AdminService_ReplayDeadJob_FullMethodName       = "/leasehold.v1.AdminService/ReplayDeadJob"
-	AdminService_AbandonDeadJob_FullMethodName      = "/leasehold.v1.AdminService/AbandonDeadJob"
-	AdminService_ListBreakers_FullMethodName        = "/leasehold.v1.AdminService/ListBreakers"
-	AdminService_GetBreaker_FullMethodName          = "/leasehold.v1.AdminService/GetBreaker"
-	AdminService_ResetBreaker_FullMethodName        = "/leasehold.v1.AdminService/ResetBreaker"
-	AdminService_ForceOpenBreaker_FullMethodName    = "/leasehold.v1.AdminService/ForceOpenBreaker"
-	AdminService_UpdateBreakerPolicy_FullMethodName = "/leasehold.v1.AdminService/UpdateBreakerPolicy"
-	AdminService_ListBreakerEvents_FullMethodName   = "/leasehold.v1.AdminService/ListBreakerEvents"
-	AdminService_ListWorkers_FullMethodName         = "/leasehold.v1.AdminService/ListWorkers"
-	AdminService_CreateApiKey_FullMethodName        = "/leasehold.v1.AdminService/CreateApiKey"
-	AdminService_ListApiKeys_FullMethodName         = "/leasehold.v1.AdminService/ListApiKeys"
-	AdminService_RevokeApiKey_FullMethodName        = "/leasehold.v1.AdminService/RevokeApiKey"
-	AdminService_ListAuditEvents_FullMethodName     = "/leasehold.v1.AdminService/ListAuditEvents"
+	AdminService_ListQueues_FullMethodName           = "/leasehold.v1.AdminService/ListQueues"
+	AdminService_GetQueue_FullMethodName             = "/leasehold.v1.AdminService/GetQueue"
+	AdminService_UpdateQueuePolicy_FullMethodName    = "/leasehold.v1.AdminService/UpdateQueuePolicy"
+	AdminService_PauseQueue_FullMethodName           = "/leasehold.v1.AdminService/PauseQueue"
+	AdminService_ResumeQueue_FullMethodName          = "/leasehold.v1.AdminService/ResumeQueue"
+	AdminService_ListDeadJobs_FullMethodName         = "/leasehold.v1.AdminService/ListDeadJobs"
+	AdminService_GetDeadJob_FullMethodName           = "/leasehold.v1.AdminService/GetDeadJob"
+	AdminService_ReplayDeadJob_FullMethodName        = "/leasehold.v1.AdminService/ReplayDeadJob"
+	AdminService_AbandonDeadJob_FullMethodName       = "/leasehold.v1.AdminService/AbandonDeadJob"
+	AdminService_ListBreakers_FullMethodName         = "/leasehold.v1.AdminService/ListBreakers"
+	AdminService_GetBreaker_FullMethodName           = "/leasehold.v1.AdminService/GetBreaker"
+	AdminService_ResetBreaker_FullMethodName         = "/leasehold.v1.AdminService/ResetBreaker"
+	AdminService_ForceOpenBreaker_FullMethodName     = "/leasehold.v1.AdminService/ForceOpenBreaker"
+	AdminService_UpdateBreakerPolicy_FullMethodName  = "/leasehold.v1.AdminService/UpdateBreakerPolicy"
+	AdminService_ListBreakerEvents_FullMethodName    = "/leasehold.v1.AdminService/ListBreakerEvents"
+	AdminService_ListWorkers_FullMethodName          = "/leasehold.v1.AdminService/ListWorkers"
+	AdminService_CreateApiKey_FullMethodName         = "/leasehold.v1.AdminService/CreateApiKey"
+	AdminService_ListApiKeys_FullMethodName          = "/leasehold.v1.AdminService/ListApiKeys"
+	AdminService_RevokeApiKey_FullMethodName         = "/leasehold.v1.AdminService/RevokeApiKey"
+	AdminService_ListAuditEvents_FullMethodName      = "/leasehold.v1.AdminService/ListAuditEvents"
+	AdminService_ReleaseWorkerBinding_FullMethodName = "/leasehold.v1.AdminService/ReleaseWorkerBinding"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -114,6 +115,12 @@ type AdminServiceClient interface {
 	// ListAuditEvents pages the audit log of the caller's tenant, newest
 	// first: operator actions with the principal that made them.
 	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
+	// ReleaseWorkerBinding frees a worker id of the caller's tenant from the
+	// principal that owns it (a worker id binds to the first principal
+	// granted a lease as it): the next principal granted a lease as it owns
+	// it. Needs an operator or admin without queue scopes; every
+	// coordinator sees it within a minute. Recorded in the audit log.
+	ReleaseWorkerBinding(ctx context.Context, in *ReleaseWorkerBindingRequest, opts ...grpc.CallOption) (*ReleaseWorkerBindingResponse, error)
 }
 
 type adminServiceClient struct {
@@ -324,6 +331,16 @@ func (c *adminServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditE
 	return out, nil
 }
 
+func (c *adminServiceClient) ReleaseWorkerBinding(ctx context.Context, in *ReleaseWorkerBindingRequest, opts ...grpc.CallOption) (*ReleaseWorkerBindingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseWorkerBindingResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReleaseWorkerBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -397,6 +414,12 @@ type AdminServiceServer interface {
 	// ListAuditEvents pages the audit log of the caller's tenant, newest
 	// first: operator actions with the principal that made them.
 	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
+	// ReleaseWorkerBinding frees a worker id of the caller's tenant from the
+	// principal that owns it (a worker id binds to the first principal
+	// granted a lease as it): the next principal granted a lease as it owns
+	// it. Needs an operator or admin without queue scopes; every
+	// coordinator sees it within a minute. Recorded in the audit log.
+	ReleaseWorkerBinding(context.Context, *ReleaseWorkerBindingRequest) (*ReleaseWorkerBindingResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -466,6 +489,9 @@ func (UnimplementedAdminServiceServer) RevokeApiKey(context.Context, *RevokeApiK
 }
 func (UnimplementedAdminServiceServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) ReleaseWorkerBinding(context.Context, *ReleaseWorkerBindingRequest) (*ReleaseWorkerBindingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseWorkerBinding not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -848,6 +874,24 @@ func _AdminService_ListAuditEvents_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ReleaseWorkerBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseWorkerBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReleaseWorkerBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReleaseWorkerBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReleaseWorkerBinding(ctx, req.(*ReleaseWorkerBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -934,6 +978,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAuditEvents",
 			Handler:    _AdminService_ListAuditEvents_Handler,
+		},
+		{
+			MethodName: "ReleaseWorkerBinding",
+			Handler:    _AdminService_ReleaseWorkerBinding_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

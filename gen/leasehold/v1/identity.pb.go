@@ -121,6 +121,9 @@ const (
 	// AdminService.UpdateBreakerPolicy (target: the dependency; data: the
 	// policy).
 	AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED AuditAction = 11
+	// AdminService.ReleaseWorkerBinding (target: the worker id; data: the
+	// previous owner).
+	AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED AuditAction = 12
 )
 
 // Enum value maps for AuditAction.
@@ -138,20 +141,22 @@ var (
 		9:  "AUDIT_ACTION_BREAKER_RESET",
 		10: "AUDIT_ACTION_BREAKER_FORCED_OPEN",
 		11: "AUDIT_ACTION_BREAKER_POLICY_UPDATED",
+		12: "AUDIT_ACTION_WORKER_BINDING_RELEASED",
 	}
 	AuditAction_value = map[string]int32{
-		"AUDIT_ACTION_UNSPECIFIED":            0,
-		"AUDIT_ACTION_QUEUE_POLICY_UPDATED":   1,
-		"AUDIT_ACTION_QUEUE_PAUSED":           2,
-		"AUDIT_ACTION_QUEUE_RESUMED":          3,
-		"AUDIT_ACTION_JOB_CANCELLED":          4,
-		"AUDIT_ACTION_DEAD_JOB_REPLAYED":      5,
-		"AUDIT_ACTION_DEAD_JOB_ABANDONED":     6,
-		"AUDIT_ACTION_API_KEY_CREATED":        7,
-		"AUDIT_ACTION_API_KEY_REVOKED":        8,
-		"AUDIT_ACTION_BREAKER_RESET":          9,
-		"AUDIT_ACTION_BREAKER_FORCED_OPEN":    10,
-		"AUDIT_ACTION_BREAKER_POLICY_UPDATED": 11,
+		"AUDIT_ACTION_UNSPECIFIED":             0,
+		"AUDIT_ACTION_QUEUE_POLICY_UPDATED":    1,
+		"AUDIT_ACTION_QUEUE_PAUSED":            2,
+		"AUDIT_ACTION_QUEUE_RESUMED":           3,
+		"AUDIT_ACTION_JOB_CANCELLED":           4,
+		"AUDIT_ACTION_DEAD_JOB_REPLAYED":       5,
+		"AUDIT_ACTION_DEAD_JOB_ABANDONED":      6,
+		"AUDIT_ACTION_API_KEY_CREATED":         7,
+		"AUDIT_ACTION_API_KEY_REVOKED":         8,
+		"AUDIT_ACTION_BREAKER_RESET":           9,
+		"AUDIT_ACTION_BREAKER_FORCED_OPEN":     10,
+		"AUDIT_ACTION_BREAKER_POLICY_UPDATED":  11,
+		"AUDIT_ACTION_WORKER_BINDING_RELEASED": 12,
 	}
 )
 
@@ -462,7 +467,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xad\x03\n" +
+	"ROLE_ADMIN\x10\x05*\xd7\x03\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -476,7 +481,8 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x1aAUDIT_ACTION_BREAKER_RESET\x10\t\x12$\n" +
 	" AUDIT_ACTION_BREAKER_FORCED_OPEN\x10\n" +
 	"\x12'\n" +
-	"#AUDIT_ACTION_BREAKER_POLICY_UPDATED\x10\vB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"#AUDIT_ACTION_BREAKER_POLICY_UPDATED\x10\v\x12(\n" +
+	"$AUDIT_ACTION_WORKER_BINDING_RELEASED\x10\fB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once
