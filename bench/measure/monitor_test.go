@@ -46,11 +46,24 @@ func TestMonitor(t *testing.T) {
 			t.Fatal(err)
 		}
 		const statements = 25
-		for range statements {
+		for range statements - 2 {
 			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
 				t.Fatal(err)
 			}
 		}
+		// WAL, and CPU in the backend that exits before the window ends:
+		// its time must still count, through the postmaster's children.
+		if _, err := conn.Exec(ctx, "CREATE TABLE walcheck AS SELECT g FROM generate_series(1, 20000) g"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT count(*) FROM generate_series(1, 20000000)"); err != nil {
+			t.Fatal(err)
+		}
+		spin, spins := time.Now(), 0
+		for time.Since(spin) < 300*time.Millisecond { // this process's own CPU
+			spins++
+		}
+		t.Logf("%d spins", spins)
 		// The bench's own statements in the window are subtracted.
 		for range 10 {
 			var one int
@@ -61,13 +74,34 @@ func TestMonitor(t *testing.T) {
 		if err := conn.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		n, err := m.EndWindow(ctx, appName)
+		w, err := m.EndWindow(ctx, appName)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%d commits counted for %d statements (and one connection start-up)", n, statements)
+		n := w.Commits
+		t.Logf("%d commits counted for %d statements (and one connection start-up); WAL %d bytes; CPU machine %v, PostgreSQL %v, this process %v",
+			n, statements, w.WALBytes, w.Machine, w.Postgres, w.System)
 		if n < statements {
 			t.Fatalf("EndWindow = %d, want at least %d", n, statements)
+		}
+		// 20,000 rows of one integer are at least 20,000 × 28 bytes of WAL.
+		if w.WALBytes < 20000*28 {
+			t.Errorf("WAL %d bytes, want at least %d", w.WALBytes, 20000*28)
+		}
+		if !w.CPUKnown {
+			t.Fatalf("CPU unknown: %s", w.CPUNote)
+		}
+		// Counting 20 million rows takes well over 100 ms of a backend's
+		// CPU; spinning 300 ms of wall time at least 200 ms of ours (the
+		// machine is shared); the machine spent at least both.
+		if w.Postgres < 100*time.Millisecond {
+			t.Errorf("PostgreSQL CPU %v, want at least 100ms (the exited backend's time is lost?)", w.Postgres)
+		}
+		if w.System < 200*time.Millisecond {
+			t.Errorf("this process's CPU %v, want at least 200ms", w.System)
+		}
+		if w.Machine < w.Postgres {
+			t.Errorf("machine busy %v < PostgreSQL's %v", w.Machine, w.Postgres)
 		}
 	})
 
