@@ -599,11 +599,13 @@ func TestAbuseHealthWatchesBeforeAuth(t *testing.T) {
 // before authentication) at the cost of at most 100 store transactions
 // all told, counted on the wire (the coordinator authenticates from its
 // principal directory in memory); the failures reach the log as summary
-// lines, not a line each. A key created meanwhile through another process
+// lines, not a line each, and to the audit log as AUTHENTICATION_FAILURES
+// events, one per --auth-failure-audit-interval at most, that count every
+// refusal and name no key. A key created meanwhile through another process
 // works within the auth cache bound (2.5s).
 func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
-	const txMax, newKeyMax = 100, 2500 * time.Millisecond
-	s := preauthServe(t, "--overload-log-interval", "1s")
+	const txMax, newKeyMax, auditEvery = 100, 2500 * time.Millisecond, 2 * time.Second
+	s := preauthServe(t, "--overload-log-interval", "1s", "--auth-failure-audit-interval", auditEvery.String())
 	// Let start-up and the fixture's writes settle, then measure what the
 	// coordinator spends idle (its scheduler, readiness probe and
 	// principal directory refresh run on timers), so that a slow attack on
@@ -633,6 +635,26 @@ func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
 	}
 	summaries := strings.Count(out, "authentication failures in the last interval")
 
+	// The audit log's summaries count every refused authentication.
+	refused := int64(res.Codes["Unauthenticated UNAUTHENTICATED"])
+	var audited, auditEvents int64
+	var auditData string
+	for deadline := time.Now().Add(3 * auditEvery); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		audited, auditEvents, auditData = authFailuresAudited(t, s.c.admin)
+		if audited >= refused {
+			break
+		}
+	}
+	if audited != refused {
+		t.Errorf("AUTHENTICATION_FAILURES audit events count %d failures; want the %d refused", audited, refused)
+	}
+	if strings.Contains(auditData, coordinator.APIKeyPrefix) {
+		t.Errorf("audit data %s holds a key", auditData)
+	}
+	if most := int64(time.Since(t0)/auditEvery) + 1; auditEvents > most {
+		t.Errorf("%d AUTHENTICATION_FAILURES audit events; want at most one per %v (%d)", auditEvents, auditEvery, most)
+	}
+
 	// A key created by another process (offline, in the database) while
 	// this coordinator holds its directory.
 	newKey := keyCreateDB(t, s.dbURL, "--role", "reader", "--name", "late")
@@ -651,8 +673,10 @@ func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
 	lateTook := time.Since(created)
 
 	t.Logf("wrong keys: %d GetJob calls with distinct random keys over %d connections (another process) in %dms: %v; "+
-		"%d store transactions meanwhile beyond the idle %.1f/s (%d all told; bound %d); %d per-call log lines above Debug, %d summary lines; a key created elsewhere worked after %v (bound %v)",
-		wrongKeyCalls, wrongKeyConns, res.TookMS, res.Codes, txs, idleRate, raw, txMax, perCall, summaries, lateTook.Round(time.Millisecond), newKeyMax)
+		"%d store transactions meanwhile beyond the idle %.1f/s (%d all told; bound %d); %d per-call log lines above Debug, %d summary lines; "+
+		"%d audit events counting %d failures (newest %s); a key created elsewhere worked after %v (bound %v)",
+		wrongKeyCalls, wrongKeyConns, res.TookMS, res.Codes, txs, idleRate, raw, txMax, perCall, summaries,
+		auditEvents, audited, auditData, lateTook.Round(time.Millisecond), newKeyMax)
 	if n := res.Codes["Unauthenticated UNAUTHENTICATED"] + res.Codes["ResourceExhausted RATE_LIMITED"]; n != wrongKeyCalls {
 		t.Errorf("answers %v; want every call UNAUTHENTICATED or RATE_LIMITED", res.Codes)
 	}
@@ -668,6 +692,32 @@ func TestAbuseWrongKeysCostNoStoreQueries(t *testing.T) {
 	if lateErr != nil || lateTook > newKeyMax {
 		t.Errorf("a key created elsewhere: %v after %v; want it to work within %v", lateErr, lateTook, newKeyMax)
 	}
+}
+
+// authFailuresAudited sums the failures of the AUTHENTICATION_FAILURES
+// audit events and returns them with the number of events and the newest
+// one's data.
+func authFailuresAudited(t *testing.T, admin leaseholdv1.AdminServiceClient) (failures, events int64, newest string) {
+	t.Helper()
+	page, err := admin.ListAuditEvents(ctxT(t), &leaseholdv1.ListAuditEventsRequest{PageSize: 500})
+	if err != nil {
+		t.Fatalf("ListAuditEvents: %v", err)
+	}
+	for _, ev := range page.GetEvents() {
+		if ev.GetAction() != leaseholdv1.AuditAction_AUDIT_ACTION_AUTHENTICATION_FAILURES {
+			continue
+		}
+		var data struct{ Failures int64 }
+		if err := json.Unmarshal([]byte(ev.GetDataJson()), &data); err != nil {
+			t.Fatalf("audit data %q: %v", ev.GetDataJson(), err)
+		}
+		if events == 0 {
+			newest = ev.GetDataJson()
+		}
+		failures += data.Failures
+		events++
+	}
+	return failures, events, newest
 }
 
 // 2,000 Connect streams of one principal opened at once, each with its
