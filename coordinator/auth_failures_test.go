@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
@@ -109,4 +108,3 @@ func TestAuthenticationFailuresReachTheAuditLogAsASummary(t *testing.T) {
 	}
 	t.Logf("%d refused authentications: %d audit event(s) in %v (interval %v): %v", wrong+missing, len(events), took.Round(time.Millisecond), every, events[0].GetDataJson())
 }
-
