@@ -164,6 +164,9 @@ const (
 	AuditBreakerForcedOpen     AuditAction = "breaker_forced_open"
 	AuditBreakerPolicyUpdated  AuditAction = "breaker_policy_updated"
 	AuditWorkerBindingReleased AuditAction = "worker_binding_released"
+	// AuditAuthenticationFailures is the coordinator's summary of refused
+	// authentications (no caller: the coordinator is the actor).
+	AuditAuthenticationFailures AuditAction = "authentication_failures"
 )
 
 // AuditEvent is one recorded operator action.

@@ -124,6 +124,13 @@ const (
 	// AdminService.ReleaseWorkerBinding (target: the worker id; data: the
 	// previous owner).
 	AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED AuditAction = 12
+	// Authentications the coordinator refused (wrong, revoked or missing
+	// keys or certificates), summarised: at most one event per coordinator
+	// per --auth-failure-audit-interval (a minute), in the audit log of the
+	// coordinator's --tenant, actor "coordinator:<id>", target
+	// "authentication"; data: failures, count per reason, addresses and the
+	// top addresses with their counts. Never a key or any part of one.
+	AuditAction_AUDIT_ACTION_AUTHENTICATION_FAILURES AuditAction = 13
 )
 
 // Enum value maps for AuditAction.
@@ -142,6 +149,7 @@ var (
 		10: "AUDIT_ACTION_BREAKER_FORCED_OPEN",
 		11: "AUDIT_ACTION_BREAKER_POLICY_UPDATED",
 		12: "AUDIT_ACTION_WORKER_BINDING_RELEASED",
+		13: "AUDIT_ACTION_AUTHENTICATION_FAILURES",
 	}
 	AuditAction_value = map[string]int32{
 		"AUDIT_ACTION_UNSPECIFIED":             0,
@@ -157,6 +165,7 @@ var (
 		"AUDIT_ACTION_BREAKER_FORCED_OPEN":     10,
 		"AUDIT_ACTION_BREAKER_POLICY_UPDATED":  11,
 		"AUDIT_ACTION_WORKER_BINDING_RELEASED": 12,
+		"AUDIT_ACTION_AUTHENTICATION_FAILURES": 13,
 	}
 )
 
@@ -467,7 +476,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xd7\x03\n" +
+	"ROLE_ADMIN\x10\x05*\x81\x04\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -482,7 +491,8 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	" AUDIT_ACTION_BREAKER_FORCED_OPEN\x10\n" +
 	"\x12'\n" +
 	"#AUDIT_ACTION_BREAKER_POLICY_UPDATED\x10\v\x12(\n" +
-	"$AUDIT_ACTION_WORKER_BINDING_RELEASED\x10\fB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"$AUDIT_ACTION_WORKER_BINDING_RELEASED\x10\f\x12(\n" +
+	"$AUDIT_ACTION_AUTHENTICATION_FAILURES\x10\rB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once
