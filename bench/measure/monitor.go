@@ -60,10 +60,15 @@ type Monitor struct {
 	postmaster int
 	// At BeginWindow: the WAL position and the CPU clocks (cpuErr says
 	// why those are unknown).
-	beginWAL string
-	beginCPU cpuReading
-	cpuErr   error
+	beginWAL      string
+	beginInserted int64
+	beginCPU      cpuReading
+	cpuErr        error
 }
+
+// qRowsInserted sums the rows ever inserted into the schema's tables.
+const qRowsInserted = `SELECT coalesce(sum(n_tup_ins), 0)::bigint FROM pg_stat_user_tables
+	WHERE schemaname = current_schema()`
 
 // Window is what the system did between BeginWindow and EndWindow.
 type Window struct {
@@ -71,6 +76,11 @@ type Window struct {
 	Commits int64
 	// WALBytes is the write-ahead log written meanwhile, by anyone.
 	WALBytes int64
+	// RowsInserted are the rows inserted into the tables of the schema.
+	// Backends report them when they flush their statistics, up to 10 s
+	// late once idle, so rows inserted just before BeginWindow may count:
+	// only a window that includes the creates measures rows per job.
+	RowsInserted int64
 	// CPU spent meanwhile; CPUKnown is false when it could not be read
 	// (not Linux, or PostgreSQL on another machine), and CPUNote says why.
 	CPUKnown bool
@@ -163,6 +173,9 @@ func (m *Monitor) BeginWindow(ctx context.Context) error {
 	if err := m.QueryRow(ctx, []any{&m.beginWAL}, `SELECT pg_current_wal_lsn()::text`); err != nil {
 		return fmt.Errorf("monitor: pg_current_wal_lsn: %w", err)
 	}
+	if err := m.QueryRow(ctx, []any{&m.beginInserted}, qRowsInserted); err != nil {
+		return fmt.Errorf("monitor: read pg_stat_user_tables: %w", err)
+	}
 	m.beginCPU, m.cpuErr = m.readCPU()
 	m.beginCommits, m.beginOwn, m.began = c, own, true
 	return nil
@@ -197,6 +210,10 @@ func (m *Monitor) EndWindow(ctx context.Context, appName string) (Window, error)
 		`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, m.beginWAL); err != nil {
 		return w, fmt.Errorf("monitor: pg_wal_lsn_diff: %w", err)
 	}
+	if err := m.QueryRow(ctx, []any{&w.RowsInserted}, qRowsInserted); err != nil {
+		return w, fmt.Errorf("monitor: read pg_stat_user_tables: %w", err)
+	}
+	w.RowsInserted -= m.beginInserted
 	switch {
 	case m.cpuErr != nil:
 		w.CPUNote = m.cpuErr.Error()

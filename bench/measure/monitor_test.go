@@ -83,6 +83,9 @@ func TestMonitor(t *testing.T) {
 		if n < statements {
 			t.Fatalf("EndWindow = %d, want at least %d", n, statements)
 		}
+		if w.RowsInserted != 20000 {
+			t.Errorf("rows inserted %d, want the 20,000 of the table created in the window", w.RowsInserted)
+		}
 		// 20,000 rows of one integer are at least 20,000 × 28 bytes of WAL.
 		if w.WALBytes < 20000*28 {
 			t.Errorf("WAL %d bytes, want at least %d", w.WALBytes, 20000*28)

@@ -183,6 +183,10 @@ func (r *Run) reportWindow(res *Result, add func(string, ...any), completed int)
 	res.SetFloat("commits_per_job", per, 4)
 	res.SetInt("commits", w.Commits)
 	add("commits per completed job %.4f  (%d commits / %d jobs; %s)", per, w.Commits, completed, r.CommitsNote)
+	if r.Options.Mode != ModeDrain { // the window holds the creates
+		res.SetFloat("rows_inserted_per_job", float64(w.RowsInserted)/n, 2)
+		add("rows inserted per job     %.2f  (pg_stat_user_tables of the schema, same window)", float64(w.RowsInserted)/n)
+	}
 	res.SetFloat("wal_bytes_per_job", float64(w.WALBytes)/n, 0)
 	add("WAL per completed job     %.0f bytes  (same window, every writer of the server)", float64(w.WALBytes)/n)
 	if !w.CPUKnown {

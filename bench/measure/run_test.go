@@ -86,6 +86,9 @@ func TestRunReport(t *testing.T) {
 				t.Errorf("%s = %q, want %q", key, got, want)
 			}
 		}
+		if _, ok := res.Get("rows_inserted_per_job"); ok {
+			t.Error("rows_inserted_per_job in drain, whose window leaves the creates out")
+		}
 		if !strings.HasSuffix(out.String(), res.String()+"\n") {
 			t.Fatalf("the RESULT line is not last:\n%s", out.String())
 		}
@@ -119,6 +122,13 @@ func TestRunReport(t *testing.T) {
 		}
 		if _, ok := res.Get("start_p50_ms"); ok {
 			t.Error("start percentiles without any start")
+		}
+		r.Window, r.CommitsKnown = Window{Commits: 3, RowsInserted: 15}, true
+		if res, err = r.Report(&strings.Builder{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := res.Get("rows_inserted_per_job"); got != "5.00" {
+			t.Errorf("rows_inserted_per_job = %q, want 5.00 (15 rows for 3 jobs)", got)
 		}
 	})
 
