@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -103,6 +104,7 @@ func TestUnknownKeysCostNoQueryEach(t *testing.T) {
 	conn := e.dial("")
 	jobs := leaseholdv1.NewJobServiceClient(conn)
 	const calls = 200
+	start := time.Now()
 	errs := make(chan error, calls)
 	for range calls {
 		go func() {
@@ -120,8 +122,11 @@ func TestUnknownKeysCostNoQueryEach(t *testing.T) {
 			t.Fatalf("an unknown key: %v; want UNAUTHENTICATED", err)
 		}
 	}
-	if n := e.c.auth.dir.reloads() - before; n > 5 {
-		t.Errorf("%d unknown keys reloaded the directory %d times; want a few at most", calls, n)
+	// Misses reload at most once per principalMissRefresh: on a loaded
+	// machine the calls may span several of those, never 200.
+	elapsed := time.Since(start)
+	if n, most := e.c.auth.dir.reloads()-before, 3+int(elapsed/principalMissRefresh); n > most {
+		t.Errorf("%d unknown keys in %v reloaded the directory %d times; want at most %d", calls, elapsed, n, most)
 	}
 	// Created straight in the store, as another coordinator would: no
 	// invalidation here, and it works on its first use.
