@@ -138,7 +138,7 @@ func coordinatorTelemetry(tel *telemetry.Telemetry) (coordinator.Config, error) 
 // startHTTP serves /metrics, /healthz and /readyz on addr until the
 // returned stop is called; an empty addr serves nothing. The bound address
 // is logged (addr may have port 0).
-func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool) (stop func(), err error) {
+func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool, ui consoleRoute) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -153,6 +153,9 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 	mux.Handle("/readyz", health)
 	if metrics != nil {
 		mux.Handle("/metrics", metrics)
+	}
+	if ui.handler != nil {
+		mux.Handle(ui.prefix, ui.handler)
 	}
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -176,6 +179,9 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 		}
 	}()
 	log.InfoContext(ctx, "leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()))
+	if ui.handler != nil {
+		log.InfoContext(ctx, "leasehold web console", slog.String("url", "http://"+lis.Addr().String()+ui.prefix))
+	}
 	return func() {
 		// Stopping runs after ctx (the signal) has ended: keep its values only.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
