@@ -266,6 +266,25 @@ func (e *env) createJobs(queue, kind string, n int, spec func(*leaseholdv1.JobSp
 	return ids
 }
 
+// effect claims queue's job, saves a checkpoint and records a succeeded
+// effect key for it.
+func (e *env) effect(queue, key string) {
+	e.t.Helper()
+	for _, lj := range e.claim(queue, 1) {
+		tok := lj.GetToken()
+		if _, err := e.api.workers.SaveCheckpoint(e.api.ctx, &leaseholdv1.SaveCheckpointRequest{Token: tok, Phase: "rendered", State: []byte(`{"pages":3}`)}); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.api.workers.ReserveEffect(e.api.ctx, &leaseholdv1.ReserveEffectRequest{Token: tok, EffectKey: key}); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.api.workers.RecordEffect(e.api.ctx, &leaseholdv1.RecordEffectRequest{Token: tok, EffectKey: key,
+			Status: leaseholdv1.EffectStatus_EFFECT_STATUS_SUCCEEDED, ProviderOperationId: "msg_42", Result: []byte(`{"accepted":true}`)}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 func (e *env) claim(queue string, n int) []*leaseholdv1.LeasedJob {
 	e.t.Helper()
 	out, err := e.api.workers.Claim(e.api.ctx, &leaseholdv1.ClaimRequest{WorkerId: "console-test-worker", Queues: []string{queue}, MaxJobs: int32(n)})
@@ -304,6 +323,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Find a job by filter and open its timeline.
 	ids := e.createJobs("billing", "invoice", 1, func(s *leaseholdv1.JobSpec) { s.Metadata = map[string]string{"customer": "acme"} })
+	e.effect("billing", "send-invoice")
 	e.open("jobs")
 	e.shot("jobs")
 	e.run("filter",
@@ -314,7 +334,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`a[href$="/jobs/`+ids[0]+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#timeline")),
 	)
-	e.waitText("the timeline", "#timeline", func(s string) bool { return strings.Contains(s, "queued") })
+	e.waitText("the timeline", "#timeline", func(s string) bool { return strings.Contains(s, "queued") && strings.Contains(s, "leased") })
+	e.waitText("the effect ledger", "#effects", func(s string) bool { return strings.Contains(s, "send-invoice") && strings.Contains(s, "succeeded") })
 	e.shot("job")
 
 	e.replayDeadJob()

@@ -132,6 +132,8 @@ var funcs = template.FuncMap{
 	"action":    func(a leaseholdv1.AuditAction) string { return enumName(a, "AUDIT_ACTION_") },
 	"run":       func(o leaseholdv1.ScheduleRunOutcome) string { return enumName(o, "SCHEDULE_RUN_OUTCOME_") },
 	"pretty":    prettyJSON,
+	"bytes":     show,
+	"effect":    func(s leaseholdv1.EffectStatus) string { return enumName(s, "EFFECT_STATUS_") },
 	"join":      strings.Join,
 	"percent":   func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 	"since":     since,

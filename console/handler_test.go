@@ -74,8 +74,7 @@ func TestSignInRateLimited(t *testing.T) {
 	if i < 0 || len(cookies) != 1 {
 		t.Fatalf("no CSRF token or cookie on the sign-in page")
 	}
-	token := body[i+len(`name="csrf" value="`):]
-	token = token[:strings.Index(token, `"`)]
+	token, _, _ := strings.Cut(body[i+len(`name="csrf" value="`):], `"`)
 	attempt := func(form url.Values) int {
 		r := httptest.NewRequest(http.MethodPost, "/ui/signin", strings.NewReader(form.Encode()))
 		r.RemoteAddr = "127.0.0.1:5001"

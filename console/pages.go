@@ -96,6 +96,7 @@ type jobData struct {
 	Job     *leaseholdv1.Job
 	Events  []*leaseholdv1.Event
 	More    bool
+	Effects *leaseholdv1.ListJobEffectsResponse
 	Dead    *leaseholdv1.DeadJob
 	Payload shown
 	Result  shown
@@ -116,7 +117,14 @@ func (c *console) job(req *request) error {
 	if err != nil {
 		return err
 	}
-	d := jobData{Job: j, Events: ev.GetEvents(), More: ev.GetHasMore(), Payload: show(j.GetPayload()), Result: show(j.GetResult())}
+	effs, err := c.api.jobs.ListJobEffects(req.ctx, &leaseholdv1.ListJobEffectsRequest{JobId: id})
+	if err != nil {
+		return err
+	}
+	d := jobData{
+		Job: j, Events: ev.GetEvents(), More: ev.GetHasMore(), Effects: effs,
+		Payload: show(j.GetPayload()), Result: show(j.GetResult()),
+	}
 	if j.GetCheckpoint() != nil {
 		d.State = show(j.GetCheckpoint().GetState())
 	}

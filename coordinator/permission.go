@@ -57,6 +57,7 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.JobService_ListJobs_FullMethodName:        permJobsRead,
 	leaseholdv1.JobService_ListJobEvents_FullMethodName:   permJobsRead,
 	leaseholdv1.JobService_WatchJob_FullMethodName:        permJobsRead,
+	leaseholdv1.JobService_ListJobEffects_FullMethodName:  permJobsRead,
 	leaseholdv1.JobService_CancelJob_FullMethodName:       permJobsCancel,
 
 	// WorkerService: workers. Every lease-bound call also needs the

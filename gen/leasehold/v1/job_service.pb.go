@@ -822,6 +822,107 @@ func (x *ListJobEventsResponse) GetHasMore() bool {
 	return false
 }
 
+// ListJobEffectsRequest names the job whose effect ledger to list.
+type ListJobEffectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job. Required.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobEffectsRequest) Reset() {
+	*x = ListJobEffectsRequest{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobEffectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobEffectsRequest) ProtoMessage() {}
+
+func (x *ListJobEffectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobEffectsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobEffectsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListJobEffectsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// ListJobEffectsResponse is the job's effect ledger.
+type ListJobEffectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Effects by key, at most 1000.
+	Effects []*Effect `protobuf:"bytes,1,rep,name=effects,proto3" json:"effects,omitempty"`
+	// True when the job has more effects than were returned.
+	HasMore       bool `protobuf:"varint,2,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobEffectsResponse) Reset() {
+	*x = ListJobEffectsResponse{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobEffectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobEffectsResponse) ProtoMessage() {}
+
+func (x *ListJobEffectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobEffectsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobEffectsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListJobEffectsResponse) GetEffects() []*Effect {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
+}
+
+func (x *ListJobEffectsResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
 // WatchJobRequest names the job to watch.
 type WatchJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -835,7 +936,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +948,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +961,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -888,7 +989,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1001,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1014,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchJobResponse) GetEvent() *Event {
@@ -982,12 +1083,17 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"_\n" +
 	"\x15ListJobEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.leasehold.v1.EventR\x06events\x12\x19\n" +
+	"\bhas_more\x18\x02 \x01(\bR\ahasMore\".\n" +
+	"\x15ListJobEffectsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"c\n" +
+	"\x16ListJobEffectsResponse\x12.\n" +
+	"\aeffects\x18\x01 \x03(\v2\x14.leasehold.v1.EffectR\aeffects\x12\x19\n" +
 	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"O\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"=\n" +
 	"\x10WatchJobResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event2\xbf\x04\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event2\x9c\x05\n" +
 	"\n" +
 	"JobService\x12L\n" +
 	"\tCreateJob\x12\x1e.leasehold.v1.CreateJobRequest\x1a\x1f.leasehold.v1.CreateJobResponse\x12^\n" +
@@ -996,7 +1102,8 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\bListJobs\x12\x1d.leasehold.v1.ListJobsRequest\x1a\x1e.leasehold.v1.ListJobsResponse\x12L\n" +
 	"\tCancelJob\x12\x1e.leasehold.v1.CancelJobRequest\x1a\x1f.leasehold.v1.CancelJobResponse\x12X\n" +
 	"\rListJobEvents\x12\".leasehold.v1.ListJobEventsRequest\x1a#.leasehold.v1.ListJobEventsResponse\x12K\n" +
-	"\bWatchJob\x12\x1d.leasehold.v1.WatchJobRequest\x1a\x1e.leasehold.v1.WatchJobResponse0\x01B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\bWatchJob\x12\x1d.leasehold.v1.WatchJobRequest\x1a\x1e.leasehold.v1.WatchJobResponse0\x01\x12[\n" +
+	"\x0eListJobEffects\x12#.leasehold.v1.ListJobEffectsRequest\x1a$.leasehold.v1.ListJobEffectsResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_job_service_proto_rawDescOnce sync.Once
@@ -1010,7 +1117,7 @@ func file_leasehold_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_job_service_proto_rawDescData
 }
 
-var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_leasehold_v1_job_service_proto_goTypes = []any{
 	(*JobSpec)(nil),                 // 0: leasehold.v1.JobSpec
 	(*CreateJobRequest)(nil),        // 1: leasehold.v1.CreateJobRequest
@@ -1025,50 +1132,56 @@ var file_leasehold_v1_job_service_proto_goTypes = []any{
 	(*CancelJobResponse)(nil),       // 10: leasehold.v1.CancelJobResponse
 	(*ListJobEventsRequest)(nil),    // 11: leasehold.v1.ListJobEventsRequest
 	(*ListJobEventsResponse)(nil),   // 12: leasehold.v1.ListJobEventsResponse
-	(*WatchJobRequest)(nil),         // 13: leasehold.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),        // 14: leasehold.v1.WatchJobResponse
-	nil,                             // 15: leasehold.v1.JobSpec.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 17: google.protobuf.Duration
-	(*Job)(nil),                     // 18: leasehold.v1.Job
-	(JobState)(0),                   // 19: leasehold.v1.JobState
-	(JobView)(0),                    // 20: leasehold.v1.JobView
-	(*Event)(nil),                   // 21: leasehold.v1.Event
+	(*ListJobEffectsRequest)(nil),   // 13: leasehold.v1.ListJobEffectsRequest
+	(*ListJobEffectsResponse)(nil),  // 14: leasehold.v1.ListJobEffectsResponse
+	(*WatchJobRequest)(nil),         // 15: leasehold.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),        // 16: leasehold.v1.WatchJobResponse
+	nil,                             // 17: leasehold.v1.JobSpec.MetadataEntry
+	(*timestamppb.Timestamp)(nil),   // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 19: google.protobuf.Duration
+	(*Job)(nil),                     // 20: leasehold.v1.Job
+	(JobState)(0),                   // 21: leasehold.v1.JobState
+	(JobView)(0),                    // 22: leasehold.v1.JobView
+	(*Event)(nil),                   // 23: leasehold.v1.Event
+	(*Effect)(nil),                  // 24: leasehold.v1.Effect
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
-	15, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
-	16, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	17, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
+	17, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
+	18, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	19, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
 	0,  // 3: leasehold.v1.CreateJobRequest.job:type_name -> leasehold.v1.JobSpec
-	18, // 4: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
+	20, // 4: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
 	1,  // 5: leasehold.v1.BatchCreateJobsRequest.requests:type_name -> leasehold.v1.CreateJobRequest
 	2,  // 6: leasehold.v1.BatchCreateJobsResponse.responses:type_name -> leasehold.v1.CreateJobResponse
-	18, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	19, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
-	20, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
-	18, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	18, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	21, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
-	21, // 13: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
-	1,  // 14: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
-	3,  // 15: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
-	5,  // 16: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	7,  // 17: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	9,  // 18: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	11, // 19: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
-	13, // 20: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
-	2,  // 21: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
-	4,  // 22: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
-	6,  // 23: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	8,  // 24: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	10, // 25: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	12, // 26: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
-	14, // 27: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	21, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
+	22, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
+	20, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	20, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
+	24, // 13: leasehold.v1.ListJobEffectsResponse.effects:type_name -> leasehold.v1.Effect
+	23, // 14: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
+	1,  // 15: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
+	3,  // 16: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
+	5,  // 17: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	7,  // 18: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	9,  // 19: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	11, // 20: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
+	15, // 21: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
+	13, // 22: leasehold.v1.JobService.ListJobEffects:input_type -> leasehold.v1.ListJobEffectsRequest
+	2,  // 23: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
+	4,  // 24: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
+	6,  // 25: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	8,  // 26: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	10, // 27: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	12, // 28: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
+	16, // 29: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
+	14, // 30: leasehold.v1.JobService.ListJobEffects:output_type -> leasehold.v1.ListJobEffectsResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }
@@ -1083,7 +1196,7 @@ func file_leasehold_v1_job_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_job_service_proto_rawDesc), len(file_leasehold_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

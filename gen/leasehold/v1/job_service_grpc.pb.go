@@ -26,6 +26,7 @@ const (
 	JobService_CancelJob_FullMethodName       = "/leasehold.v1.JobService/CancelJob"
 	JobService_ListJobEvents_FullMethodName   = "/leasehold.v1.JobService/ListJobEvents"
 	JobService_WatchJob_FullMethodName        = "/leasehold.v1.JobService/WatchJob"
+	JobService_ListJobEffects_FullMethodName  = "/leasehold.v1.JobService/ListJobEffects"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -66,6 +67,12 @@ type JobServiceClient interface {
 	// WatchJob streams a job's events: first those after after_sequence, then
 	// new ones as they happen. The stream ends after the terminal event.
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error)
+	// ListJobEffects returns a job's effect ledger (what its workers reserved
+	// and recorded with ReserveEffect and RecordEffect), ordered by effect
+	// key: at most 1000 effects, has_more when the job has more. A job of
+	// another tenant or outside the caller's queues is NOT_FOUND, as with
+	// GetJob. Needs jobs.read.
+	ListJobEffects(ctx context.Context, in *ListJobEffectsRequest, opts ...grpc.CallOption) (*ListJobEffectsResponse, error)
 }
 
 type jobServiceClient struct {
@@ -155,6 +162,16 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, in *WatchJobRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobClient = grpc.ServerStreamingClient[WatchJobResponse]
 
+func (c *jobServiceClient) ListJobEffects(ctx context.Context, in *ListJobEffectsRequest, opts ...grpc.CallOption) (*ListJobEffectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobEffectsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobEffects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -193,6 +210,12 @@ type JobServiceServer interface {
 	// WatchJob streams a job's events: first those after after_sequence, then
 	// new ones as they happen. The stream ends after the terminal event.
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error
+	// ListJobEffects returns a job's effect ledger (what its workers reserved
+	// and recorded with ReserveEffect and RecordEffect), ordered by effect
+	// key: at most 1000 effects, has_more when the job has more. A job of
+	// another tenant or outside the caller's queues is NOT_FOUND, as with
+	// GetJob. Needs jobs.read.
+	ListJobEffects(context.Context, *ListJobEffectsRequest) (*ListJobEffectsResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -223,6 +246,9 @@ func (UnimplementedJobServiceServer) ListJobEvents(context.Context, *ListJobEven
 }
 func (UnimplementedJobServiceServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobEffects(context.Context, *ListJobEffectsRequest) (*ListJobEffectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobEffects not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -364,6 +390,24 @@ func _JobService_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobServer = grpc.ServerStreamingServer[WatchJobResponse]
 
+func _JobService_ListJobEffects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobEffectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobEffects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobEffects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobEffects(ctx, req.(*ListJobEffectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +438,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobEvents",
 			Handler:    _JobService_ListJobEvents_Handler,
+		},
+		{
+			MethodName: "ListJobEffects",
+			Handler:    _JobService_ListJobEffects_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
