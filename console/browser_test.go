@@ -188,6 +188,24 @@ func (e *env) waitText(what, sel string, want func(string) bool) string {
 	return got
 }
 
+// waitLocation waits until the page's URL contains part (a navigation
+// has happened), for at most 15s.
+func (e *env) waitLocation(what, part string) {
+	e.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		loc := get(e, "location", chromedp.Location())
+		if strings.Contains(loc, part) {
+			e.run(what, chromedp.WaitVisible(chromedp.CSS("main h1")))
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: the URL is %s after 15s", what, loc)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // count is how many elements sel matches.
 func (e *env) count(sel string) int {
 	e.t.Helper()
@@ -329,7 +347,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.run("filter",
 		chromedp.SendKeys(chromedp.CSS(`input[name="queue"]`), "billing"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="kind"]`), "invoice"),
-		chromedp.Submit(chromedp.CSS(`input[name="queue"]`)),
+		chromedp.Submit(chromedp.CSS(`input[name="queue"]`)))
+	e.waitLocation("the filtered list", "kind=invoice")
+	e.run("open the job",
 		chromedp.WaitVisible(chromedp.CSS(`a[href$="/jobs/`+ids[0]+`"]`)),
 		chromedp.Click(chromedp.CSS(`a[href$="/jobs/`+ids[0]+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#timeline")),
@@ -460,4 +480,28 @@ func (e *env) asReader() {
 		e.t.Fatalf("a reader's forged pause = %d %q; want 403 PermissionDenied", code, body)
 	}
 	e.wantPaused("emails", false)
+
+	// Revoking the key ends its session at the next request.
+	keys, err := e.api.admin.ListApiKeys(e.api.ctx, &leaseholdv1.ListApiKeysRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range keys.GetPrincipals() {
+		if p.GetRole() == leaseholdv1.Role_ROLE_READER && p.GetName() == "console reader" {
+			if _, err := e.api.admin.RevokeApiKey(e.api.ctx, &leaseholdv1.RevokeApiKeyRequest{Id: p.GetId()}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.open("queues")
+		if loc := get(e, "location", chromedp.Location()); strings.Contains(loc, "/signin?ended=1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatal("the session of a revoked key still works after 10s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
