@@ -136,6 +136,13 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 		_ = coord.Shutdown(context.WithoutCancel(ctx))
 		return exitStatus(exitUsage)
 	}
+	httpTLS, err := f.httpTLSConfig(log)
+	if err != nil {
+		log.ErrorContext(ctx, "cannot set up TLS on the HTTP listener", slog.String("error", err.Error()))
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
+		return exitStatus(exitUsage)
+	}
 	ui, err := c.startConsole(ctx, log, f, coord, lis.Addr())
 	if err != nil {
 		log.ErrorContext(ctx, "cannot start the web console", slog.String("error", err.Error()))
@@ -148,7 +155,7 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 	}
 	// Stopped after the coordinator, so /readyz answers 503 while it
 	// drains.
-	stopHTTP, err := startHTTP(ctx, log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof, ui)
+	stopHTTP, err := startHTTP(ctx, log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof, ui, httpTLS)
 	if err != nil {
 		_ = lis.Close() // the error above is the one to report
 		_ = coord.Shutdown(context.WithoutCancel(ctx))

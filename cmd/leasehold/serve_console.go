@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/leasehold/leasehold/console"
 	"github.com/leasehold/leasehold/coordinator"
@@ -62,6 +64,14 @@ func (c *cli) startConsole(ctx context.Context, log *slog.Logger, f *serveFlags,
 	opts, err := worker.DialOptions(dial)
 	if err != nil {
 		return consoleRoute{}, usagef("the console's connection to the coordinator: %v", err)
+	}
+	if !dial.UsesTLS() && f.security.certFile != "" {
+		// The listener serves TLS and no client TLS is configured: this
+		// process dials the loopback port it has itself just bound, so
+		// there is no other party whose certificate could be checked.
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			MinVersion: tls.VersionTLS12, InsecureSkipVerify: true, //nolint:gosec // G402: our own listener over loopback, see above
+		}))}
 	}
 	conn, err := grpc.NewClient(loopback(lis), opts...)
 	if err != nil {
