@@ -192,7 +192,10 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 			log.ErrorContext(ctx, "http server failed", slog.String("http_listen", lis.Addr().String()), slog.String("error", err.Error()))
 		}
 	}()
-	log.InfoContext(ctx, "leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()), slog.Bool("tls", tlsCfg != nil))
+	log.InfoContext(ctx, "leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()))
+	if tlsCfg != nil {
+		log.InfoContext(ctx, "leasehold http serves TLS (--http-tls)")
+	}
 	if ui.handler != nil {
 		log.InfoContext(ctx, "leasehold web console", slog.String("url", scheme+lis.Addr().String()+ui.prefix))
 	}
