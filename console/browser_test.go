@@ -330,6 +330,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.open("")
 	e.createJobs("emails", "send", 20, nil)
 	e.waitText("the queue fills", `tr[data-queue="emails"] .queued`, func(s string) bool { return s == "20" })
+	e.waitText("it lags", `tr[data-queue="emails"] .lag`, func(s string) bool { return s != "0s" })
 	e.shot("overview")
 	for _, lj := range e.claim("emails", 20) {
 		if _, err := e.api.workers.Complete(e.api.ctx, &leaseholdv1.CompleteRequest{Token: lj.GetToken(), Result: []byte(`{"sent":true}`)}); err != nil {
@@ -338,6 +339,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	e.waitText("the queue drains", `tr[data-queue="emails"] .succeeded`, func(s string) bool { return s == "20" })
 	e.waitText("nothing left", `tr[data-queue="emails"] .depth`, func(s string) bool { return s == "0" })
+	e.waitText("no lag", `tr[data-queue="emails"] .lag`, func(s string) bool { return s == "0s" })
 
 	// Find a job by filter and open its timeline.
 	ids := e.createJobs("billing", "invoice", 1, func(s *leaseholdv1.JobSpec) { s.Metadata = map[string]string{"customer": "acme"} })

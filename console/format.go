@@ -118,6 +118,12 @@ var funcs = template.FuncMap{
 		}
 		return t.AsTime().UTC().Format("2006-01-02 15:04:05Z")
 	},
+	"lag": func(d *durationpb.Duration) string {
+		if d.AsDuration() <= 0 {
+			return "0s"
+		}
+		return d.AsDuration().Round(time.Millisecond).String()
+	},
 	"dur": func(d *durationpb.Duration) string {
 		if d == nil {
 			return "—"

@@ -424,9 +424,13 @@ const (
 // Statistics.
 const (
 	// qQueueCounts counts a tenant's jobs by queue and state; available
-	// counts queued jobs due at $3.
+	// counts queued jobs due at $3, and the last column is the age in
+	// microseconds of the oldest of them (the queue's lag).
 	qQueueCounts = `SELECT queue, state, count(*),
-	       count(*) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now()))
+	       count(*) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now())),
+	       coalesce((extract(epoch FROM coalesce($3::timestamptz, now())
+	           - min(available_at) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now())))
+	           * 1000000)::bigint, 0)
 	FROM jobs
 	WHERE tenant = $1 AND ($2 = '' OR queue = $2)
 	GROUP BY queue, state`

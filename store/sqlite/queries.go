@@ -336,15 +336,18 @@ ON CONFLICT (tenant, queue) DO UPDATE SET paused = excluded.paused, updated_at =
 RETURNING ` + policyColumns
 
 // qQueueStats counts one queue's jobs by state; available counts QUEUED jobs
-// whose time has come.
+// whose time has come, and the last column is the oldest one's age in
+// microseconds (the queue's lag).
 const qQueueStats = `
-SELECT state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?3), 0)
+SELECT state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?3), 0),
+       coalesce(?3 - min(CASE WHEN state = 'queued' AND available_at <= ?3 THEN available_at END), 0)
 FROM jobs WHERE tenant = ?1 AND queue = ?2
 GROUP BY state`
 
 // qQueueCounts is qQueueStats for every queue of a tenant.
 const qQueueCounts = `
-SELECT queue, state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?2), 0)
+SELECT queue, state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?2), 0),
+       coalesce(?2 - min(CASE WHEN state = 'queued' AND available_at <= ?2 THEN available_at END), 0)
 FROM jobs WHERE tenant = ?1
 GROUP BY queue, state`
 
