@@ -428,6 +428,9 @@ func (e *env) otherPages() {
 		e.open(p)
 		e.shot(p)
 	}
+	// The billing job's lease is held by the test's worker.
+	e.open("workers")
+	e.waitText("held leases", "table.held", func(s string) bool { return strings.Contains(s, "console-test-worker") })
 	// A key is shown once, on creation.
 	e.open("keys")
 	e.run("create a key",

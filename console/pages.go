@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -180,12 +181,38 @@ func (c *console) breakers(req *request) error {
 	return nil
 }
 
+// workersData is the workers page: this coordinator's workers, and the
+// leases held across the fleet (from the jobs, so every replica's).
+type workersData struct {
+	Workers []*leaseholdv1.WorkerInfo
+	Leased  []*leaseholdv1.Job
+	More    bool
+}
+
+// heldLeasesMax is how many leased jobs the workers page lists.
+const heldLeasesMax = 200
+
 func (c *console) workersPage(req *request) error {
 	out, err := c.api.admin.ListWorkers(req.ctx, &leaseholdv1.ListWorkersRequest{})
 	if err != nil {
 		return err
 	}
-	c.render(req, http.StatusOK, "workers.html", "Workers", "workers", out.GetWorkers())
+	d := workersData{Workers: out.GetWorkers()}
+	if req.can.JobsRead {
+		leased, err := c.api.jobs.ListJobs(req.ctx, &leaseholdv1.ListJobsRequest{
+			States: []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_LEASED}, PageSize: heldLeasesMax,
+			View: leaseholdv1.JobView_JOB_VIEW_BASIC,
+		})
+		if err != nil {
+			return err
+		}
+		d.Leased = leased.GetJobs()
+		slices.SortStableFunc(d.Leased, func(a, b *leaseholdv1.Job) int {
+			return strings.Compare(a.GetLease().GetOwner(), b.GetLease().GetOwner())
+		})
+		d.More = leased.GetNextPageToken() != ""
+	}
+	c.render(req, http.StatusOK, "workers.html", "Workers", "workers", d)
 	return nil
 }
 
