@@ -290,8 +290,10 @@ func (e *env) effect(queue, key string) {
 	e.t.Helper()
 	for _, lj := range e.claim(queue, 1) {
 		tok := lj.GetToken()
-		if _, err := e.api.workers.SaveCheckpoint(e.api.ctx, &leaseholdv1.SaveCheckpointRequest{Token: tok, Phase: "rendered", State: []byte(`{"pages":3}`)}); err != nil {
-			e.t.Fatal(err)
+		for _, phase := range []string{"fetched", "rendered"} {
+			if _, err := e.api.workers.SaveCheckpoint(e.api.ctx, &leaseholdv1.SaveCheckpointRequest{Token: tok, Phase: phase, State: []byte(`{"pages":3}`)}); err != nil {
+				e.t.Fatal(err)
+			}
 		}
 		if _, err := e.api.workers.ReserveEffect(e.api.ctx, &leaseholdv1.ReserveEffectRequest{Token: tok, EffectKey: key}); err != nil {
 			e.t.Fatal(err)
@@ -357,6 +359,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#timeline")),
 	)
 	e.waitText("the timeline", "#timeline", func(s string) bool { return strings.Contains(s, "queued") && strings.Contains(s, "leased") })
+	e.waitText("the checkpoint history", "#checkpoints", func(s string) bool { return strings.Index(s, "rendered") < strings.Index(s, "fetched") })
 	e.waitText("the effect ledger", "#effects", func(s string) bool { return strings.Contains(s, "send-invoice") && strings.Contains(s, "succeeded") })
 	e.shot("job")
 

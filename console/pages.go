@@ -94,14 +94,15 @@ func (c *console) jobs(req *request) error {
 
 // jobData is one job's page.
 type jobData struct {
-	Job     *leaseholdv1.Job
-	Events  []*leaseholdv1.Event
-	More    bool
-	Effects *leaseholdv1.ListJobEffectsResponse
-	Dead    *leaseholdv1.DeadJob
-	Payload shown
-	Result  shown
-	State   shown
+	Job         *leaseholdv1.Job
+	Events      []*leaseholdv1.Event
+	More        bool
+	Effects     *leaseholdv1.ListJobEffectsResponse
+	Checkpoints []*leaseholdv1.Checkpoint
+	Dead        *leaseholdv1.DeadJob
+	Payload     shown
+	Result      shown
+	State       shown
 }
 
 // jobEventsMax is how many events the job page shows.
@@ -122,8 +123,12 @@ func (c *console) job(req *request) error {
 	if err != nil {
 		return err
 	}
+	cps, err := c.api.jobs.ListJobCheckpoints(req.ctx, &leaseholdv1.ListJobCheckpointsRequest{JobId: id})
+	if err != nil {
+		return err
+	}
 	d := jobData{
-		Job: j, Events: ev.GetEvents(), More: ev.GetHasMore(), Effects: effs,
+		Job: j, Events: ev.GetEvents(), More: ev.GetHasMore(), Effects: effs, Checkpoints: cps.GetCheckpoints(),
 		Payload: show(j.GetPayload()), Result: show(j.GetResult()),
 	}
 	if j.GetCheckpoint() != nil {

@@ -193,6 +193,26 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil
 }
 
+func (s *jobService) ListJobCheckpoints(ctx context.Context, req *leaseholdv1.ListJobCheckpointsRequest) (*leaseholdv1.ListJobCheckpointsResponse, error) {
+	c := s.c
+	id, err := c.v.ListJobCheckpoints(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, id); err != nil {
+		return nil, err
+	}
+	cps, err := c.store.ListCheckpoints(ctx, tenantFrom(ctx), id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := make([]*leaseholdv1.Checkpoint, len(cps))
+	for i := range cps {
+		out[i] = toCheckpoint(&cps[i])
+	}
+	return &leaseholdv1.ListJobCheckpointsResponse{Checkpoints: out}, nil
+}
+
 // ListJobEffectsMax bounds a ListJobEffects answer.
 const ListJobEffectsMax = 1000
 

@@ -69,6 +69,11 @@ func TestCheckpointsAndEffectsCarryOverToTheNextAttempt(t *testing.T) {
 		}
 		_, err = c.jobs.ListJobEffects(ctx, &leaseholdv1.ListJobEffectsRequest{JobId: "01900000-0000-7000-8000-000000000000"})
 		wantReason(t, err, codes.NotFound, coordinator.ReasonJobNotFound)
+		history, err := c.jobs.ListJobCheckpoints(ctx, &leaseholdv1.ListJobCheckpointsRequest{JobId: tok.GetJobId()})
+		if err != nil || len(history.GetCheckpoints()) != 1 || history.GetCheckpoints()[0].GetPhase() != "charged" ||
+			string(history.GetCheckpoints()[0].GetState()) != "s1" {
+			t.Fatalf("ListJobCheckpoints = %v, %v; want the one saved checkpoint", history, err)
+		}
 
 		// The old generation is fenced out of the ledger too.
 		_, err = c.workers.SaveCheckpoint(ctx, &leaseholdv1.SaveCheckpointRequest{Token: tok, Phase: "late"})

@@ -319,6 +319,10 @@ const (
 	qLatestCheckpointsFrom  = ` FROM job_checkpoints
 	WHERE tenant = $1 AND job_id = ANY($2::text[]) ORDER BY job_id, seq DESC`
 
+	// qListCheckpoints is a job's kept checkpoints, newest first.
+	qListCheckpoints = `SELECT ` + checkpointColumns + ` FROM job_checkpoints
+	WHERE tenant = $1 AND job_id = $2 ORDER BY seq DESC`
+
 	qInsertCheckpoint = `INSERT INTO job_checkpoints (tenant, id, job_id, phase, state, generation, parent_id, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 	RETURNING ` + checkpointColumns

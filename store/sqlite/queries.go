@@ -225,6 +225,11 @@ WHERE tenant = ?1 AND id = ?2 AND state = 'leased' AND cancel_requested = 0`
 const qLatestCheckpoint = `
 SELECT id FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC LIMIT 1`
 
+// qListCheckpoints is a job's kept checkpoints, newest first.
+const qListCheckpoints = `
+SELECT id, job_id, phase, state, generation, parent_id, created_at
+FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC`
+
 // qInsertCheckpoint stores a checkpoint under the seq of its event.
 const qInsertCheckpoint = `
 INSERT INTO job_checkpoints (tenant, id, job_id, seq, phase, state, generation, parent_id, created_at)
@@ -462,7 +467,7 @@ var statements = append([]string{
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
 	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLockExpired, qNextExpiry,
 	qLockLease, qInspectAttempt, qCancelQueued,
-	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
+	qRequestCancelLeased, qLatestCheckpoint, qListCheckpoints, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
