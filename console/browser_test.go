@@ -417,6 +417,12 @@ func (e *env) resetBreaker() {
 	e.run("reset", chromedp.Click(chromedp.CSS(`tr[data-dependency="stripe"] button[aria-label="Reset stripe"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".msg")))
 	e.waitText("closed", `tr[data-dependency="stripe"] .badge`, func(s string) bool { return s == "closed" })
+	// Its history shows both transitions.
+	e.open("breakers/history?dependency=stripe")
+	e.waitText("history", "#breaker-history", func(s string) bool {
+		return strings.Contains(s, "forced_open") && strings.Contains(s, "reset")
+	})
+	e.shot("breaker-history")
 }
 
 // otherPages opens every other page and saves it, and the overview and a

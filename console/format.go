@@ -130,10 +130,13 @@ var funcs = template.FuncMap{
 		}
 		return d.AsDuration().String()
 	},
-	"state":     jobStateName,
-	"role":      roleName,
-	"event":     func(t leaseholdv1.EventType) string { return enumName(t, "EVENT_TYPE_") },
-	"breaker":   func(s leaseholdv1.BreakerState) string { return enumName(s, "BREAKER_STATE_") },
+	"state":   jobStateName,
+	"role":    roleName,
+	"event":   func(t leaseholdv1.EventType) string { return enumName(t, "EVENT_TYPE_") },
+	"breaker": func(s leaseholdv1.BreakerState) string { return enumName(s, "BREAKER_STATE_") },
+	"breakerEvent": func(t leaseholdv1.BreakerEventType) string {
+		return enumName(t, "BREAKER_EVENT_TYPE_")
+	},
 	"outcome":   func(o leaseholdv1.AttemptOutcome) string { return enumName(o, "ATTEMPT_OUTCOME_") },
 	"action":    func(a leaseholdv1.AuditAction) string { return enumName(a, "AUDIT_ACTION_") },
 	"run":       func(o leaseholdv1.ScheduleRunOutcome) string { return enumName(o, "SCHEDULE_RUN_OUTCOME_") },

@@ -44,7 +44,7 @@ func (c *console) routes() http.Handler {
 	get := map[string]handlerFunc{
 		"/{$}": c.overview, "/live/overview": c.overviewLive,
 		"/jobs": c.jobs, "/jobs/{id}": c.job, "/dead": c.dead,
-		"/queues": c.queues, "/breakers": c.breakers, "/workers": c.workersPage,
+		"/queues": c.queues, "/breakers": c.breakers, "/breakers/history": c.breakerHistory, "/workers": c.workersPage,
 		"/schedules": c.schedulesPage, "/keys": c.keys, "/audit": c.audit,
 	}
 	for p, h := range get {

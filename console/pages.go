@@ -1,8 +1,10 @@
 package console
 
 import (
+	"cmp"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -196,6 +198,41 @@ type workersData struct {
 
 // heldLeasesMax is how many leased jobs the workers page lists.
 const heldLeasesMax = 200
+
+// breakerHistoryData is one breaker with a page of its transitions.
+type breakerHistoryData struct {
+	Breaker *leaseholdv1.Breaker
+	Events  []*leaseholdv1.BreakerEvent
+	Next    int64
+}
+
+// breakerEventsPage is how many transitions the history page shows.
+const breakerEventsPage = 100
+
+func (c *console) breakerHistory(req *request) error {
+	q := req.r.URL.Query()
+	dep := q.Get("dependency")
+	after, err := strconv.ParseInt(cmp.Or(q.Get("after"), "0"), 10, 64)
+	if err != nil {
+		return invalid("after", "must be a sequence number")
+	}
+	b, err := c.api.admin.GetBreaker(req.ctx, &leaseholdv1.GetBreakerRequest{Dependency: dep})
+	if err != nil {
+		return err
+	}
+	ev, err := c.api.admin.ListBreakerEvents(req.ctx, &leaseholdv1.ListBreakerEventsRequest{
+		Dependency: dep, AfterSequence: after, PageSize: breakerEventsPage,
+	})
+	if err != nil {
+		return err
+	}
+	d := breakerHistoryData{Breaker: b.GetBreaker(), Events: ev.GetEvents()}
+	if n := len(d.Events); n == breakerEventsPage {
+		d.Next = d.Events[n-1].GetSequence()
+	}
+	c.render(req, http.StatusOK, "breaker.html", "Breaker "+dep, "breakers", d)
+	return nil
+}
 
 func (c *console) workersPage(req *request) error {
 	out, err := c.api.admin.ListWorkers(req.ctx, &leaseholdv1.ListWorkersRequest{})
