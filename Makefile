@@ -45,7 +45,7 @@ BENCH_FLAGS ?=
 # "context deadline exceeded" at the end (go.dev/issue/75804).
 FUZZTIME ?= 20000x
 
-.PHONY: all tools grpcurl generate lint breaking build release test test-long ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
+.PHONY: all tools grpcurl generate console-assets lint breaking build release test test-long ensure-test-db run bench bench-compare fuzz clean helm manifests image deploy-check prometheus-check
 
 all: lint build test
 
@@ -79,6 +79,14 @@ grpcurl: $(BIN)/grpcurl
 ## generate: regenerate gen/ from proto/ with the pinned buf and plugins.
 generate: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 	buf generate
+
+## console-assets: refresh the web console's one vendored library (htmx)
+## from npm at the version console/assets/package-lock.json pins, into
+## console/static (embedded in the binary; nothing is fetched at run time).
+console-assets:
+	cd console/assets && npm ci --no-audit --no-fund
+	cp console/assets/node_modules/htmx.org/dist/htmx.min.js console/static/htmx.min.js
+	cp console/assets/node_modules/htmx.org/LICENSE console/static/htmx.LICENSE
 
 ## lint: buf lint, then golangci-lint with .golangci.yaml: the gofmt check
 ## (fmt --diff) and the linters (go vet's checks among them); gen/ is

@@ -311,6 +311,12 @@ func matrixCases() map[string]rpcCase {
 		leaseholdv1.JobService_ListJobEvents_FullMethodName: {func(e *authEnv, _ string) proto.Message {
 			return &leaseholdv1.ListJobEventsRequest{JobId: e.job(tenantA, "q").ID}
 		}, ok, nf},
+		leaseholdv1.JobService_ListJobEffects_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ListJobEffectsRequest{JobId: e.job(tenantA, "q").ID}
+		}, ok, nf},
+		leaseholdv1.JobService_ListJobCheckpoints_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ListJobCheckpointsRequest{JobId: e.job(tenantA, "q").ID}
+		}, ok, nf},
 		leaseholdv1.JobService_WatchJob_FullMethodName: {func(e *authEnv, _ string) proto.Message {
 			j := e.job(tenantA, "q")
 			if _, err := e.st.RequestCancel(context.Background(), store.RequestCancelParams{Tenant: tenantA, JobID: j.ID}); err != nil {
@@ -613,7 +619,13 @@ func TestOtherTenantsJobAnswersLikeAMissingOne(t *testing.T) {
 		leaseholdv1.JobService_CancelJob_FullMethodName:     func(id string) proto.Message { return &leaseholdv1.CancelJobRequest{JobId: id} },
 		leaseholdv1.JobService_ListJobEvents_FullMethodName: func(id string) proto.Message { return &leaseholdv1.ListJobEventsRequest{JobId: id} },
 		leaseholdv1.JobService_WatchJob_FullMethodName:      func(id string) proto.Message { return &leaseholdv1.WatchJobRequest{JobId: id} },
-		leaseholdv1.AdminService_GetDeadJob_FullMethodName:  func(id string) proto.Message { return &leaseholdv1.GetDeadJobRequest{JobId: id} },
+		leaseholdv1.JobService_ListJobEffects_FullMethodName: func(id string) proto.Message {
+			return &leaseholdv1.ListJobEffectsRequest{JobId: id}
+		},
+		leaseholdv1.JobService_ListJobCheckpoints_FullMethodName: func(id string) proto.Message {
+			return &leaseholdv1.ListJobCheckpointsRequest{JobId: id}
+		},
+		leaseholdv1.AdminService_GetDeadJob_FullMethodName: func(id string) proto.Message { return &leaseholdv1.GetDeadJobRequest{JobId: id} },
 		leaseholdv1.AdminService_ReplayDeadJob_FullMethodName: func(id string) proto.Message {
 			return &leaseholdv1.ReplayDeadJobRequest{JobId: id}
 		},

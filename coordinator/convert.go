@@ -257,6 +257,7 @@ func toQueueStats(s *store.QueueStats) *leaseholdv1.QueueStats {
 	return &leaseholdv1.QueueStats{
 		Queue: s.Queue, Queued: s.Queued, Available: s.Available, Leased: s.Leased,
 		Succeeded: s.Succeeded, Failed: s.Failed, Cancelled: s.Cancelled, Dead: s.Dead, Paused: s.Paused,
+		Lag: durationpb.New(s.Lag),
 	}
 }
 

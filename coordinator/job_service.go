@@ -193,6 +193,61 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil
 }
 
+func (s *jobService) ListJobCheckpoints(ctx context.Context, req *leaseholdv1.ListJobCheckpointsRequest) (*leaseholdv1.ListJobCheckpointsResponse, error) {
+	c := s.c
+	id, err := c.v.ListJobCheckpoints(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, id); err != nil {
+		return nil, err
+	}
+	cps, err := c.store.ListCheckpoints(ctx, tenantFrom(ctx), id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := make([]*leaseholdv1.Checkpoint, len(cps))
+	for i := range cps {
+		out[i] = toCheckpoint(&cps[i])
+	}
+	return &leaseholdv1.ListJobCheckpointsResponse{Checkpoints: out}, nil
+}
+
+// ListJobEffectsMax bounds a ListJobEffects answer.
+const ListJobEffectsMax = 1000
+
+func (s *jobService) ListJobEffects(ctx context.Context, req *leaseholdv1.ListJobEffectsRequest) (*leaseholdv1.ListJobEffectsResponse, error) {
+	c := s.c
+	id, err := c.v.ListJobEffects(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if err := c.checkJobInScope(ctx, id); err != nil {
+		return nil, err
+	}
+	tenant := tenantFrom(ctx)
+	effs, err := c.store.ListEffects(ctx, tenant, id)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	if len(effs) == 0 {
+		// An empty ledger must still tell a missing job from one without
+		// effects.
+		if _, err := c.store.GetJob(ctx, tenant, id); err != nil {
+			return nil, toStatus(ctx, c.log, err)
+		}
+	}
+	more := len(effs) > ListJobEffectsMax
+	if more {
+		effs = effs[:ListJobEffectsMax]
+	}
+	out := make([]*leaseholdv1.Effect, len(effs))
+	for i := range effs {
+		out[i] = toEffect(&effs[i])
+	}
+	return &leaseholdv1.ListJobEffectsResponse{Effects: out, HasMore: more}, nil
+}
+
 func (s *jobService) ListJobEvents(ctx context.Context, req *leaseholdv1.ListJobEventsRequest) (*leaseholdv1.ListJobEventsResponse, error) {
 	c := s.c
 	p, err := c.v.ListJobEvents(req)

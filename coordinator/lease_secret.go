@@ -69,3 +69,18 @@ func (s leaseSigner) sign(t store.LeaseToken) []byte {
 func (s leaseSigner) verify(t store.LeaseToken, secret []byte) bool {
 	return hmac.Equal(s.sign(t), secret)
 }
+
+// consoleSessionLabel separates the console's session key from every other
+// use of the lease key.
+const consoleSessionLabel = "leasehold console session key v1"
+
+// ConsoleSessionKey is the key the web console seals its session cookies
+// with: HMAC-SHA256 of a fixed label under the lease key the database
+// holds, so that every coordinator of one database derives the same key
+// (a session made on one replica opens on another) and nothing new is
+// stored. Knowing it reveals nothing of the lease key.
+func (c *Coordinator) ConsoleSessionKey() []byte {
+	m := hmac.New(sha256.New, c.leases.key)
+	m.Write([]byte(consoleSessionLabel))
+	return m.Sum(nil)
+}

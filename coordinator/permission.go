@@ -51,13 +51,15 @@ const (
 // none is forgotten. Add a row in the same change as the RPC.
 var methodPermissions = map[string]permission{
 	// JobService: producers.
-	leaseholdv1.JobService_CreateJob_FullMethodName:       permJobsCreate,
-	leaseholdv1.JobService_BatchCreateJobs_FullMethodName: permJobsCreate,
-	leaseholdv1.JobService_GetJob_FullMethodName:          permJobsRead,
-	leaseholdv1.JobService_ListJobs_FullMethodName:        permJobsRead,
-	leaseholdv1.JobService_ListJobEvents_FullMethodName:   permJobsRead,
-	leaseholdv1.JobService_WatchJob_FullMethodName:        permJobsRead,
-	leaseholdv1.JobService_CancelJob_FullMethodName:       permJobsCancel,
+	leaseholdv1.JobService_CreateJob_FullMethodName:          permJobsCreate,
+	leaseholdv1.JobService_BatchCreateJobs_FullMethodName:    permJobsCreate,
+	leaseholdv1.JobService_GetJob_FullMethodName:             permJobsRead,
+	leaseholdv1.JobService_ListJobs_FullMethodName:           permJobsRead,
+	leaseholdv1.JobService_ListJobEvents_FullMethodName:      permJobsRead,
+	leaseholdv1.JobService_WatchJob_FullMethodName:           permJobsRead,
+	leaseholdv1.JobService_ListJobEffects_FullMethodName:     permJobsRead,
+	leaseholdv1.JobService_ListJobCheckpoints_FullMethodName: permJobsRead,
+	leaseholdv1.JobService_CancelJob_FullMethodName:          permJobsCancel,
 
 	// WorkerService: workers. Every lease-bound call also needs the
 	// worker id to belong to the caller (checkWorker).

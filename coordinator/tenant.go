@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 
+	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
 )
 
@@ -37,6 +38,14 @@ func callerFor(p *store.Principal) *caller {
 	return &caller{
 		tenant: p.Tenant, role: p.Role, queues: p.Queues,
 		id: p.ID, identity: p.Identity(), name: p.Name,
+	}
+}
+
+// principal describes the caller for the API (GetVersionResponse.caller).
+func (cl *caller) principal() *leaseholdv1.Principal {
+	return &leaseholdv1.Principal{
+		Id: cl.id, Name: cl.name, Role: RoleToProto(cl.role), Tenant: cl.tenant,
+		Queues: cl.queues, Identity: cl.identity,
 	}
 }
 

@@ -265,6 +265,16 @@ func (v validator) GetJob(r *leaseholdv1.GetJobRequest) (string, error) {
 	return r.GetJobId(), jobID("job_id", r.GetJobId())
 }
 
+// ListJobCheckpoints validates a ListJobCheckpointsRequest.
+func (v validator) ListJobCheckpoints(r *leaseholdv1.ListJobCheckpointsRequest) (string, error) {
+	return r.GetJobId(), jobID("job_id", r.GetJobId())
+}
+
+// ListJobEffects validates a ListJobEffectsRequest.
+func (v validator) ListJobEffects(r *leaseholdv1.ListJobEffectsRequest) (string, error) {
+	return r.GetJobId(), jobID("job_id", r.GetJobId())
+}
+
 // ListJobs validates a ListJobsRequest. A JOB_STATE_UNSPECIFIED filter
 // matches every state, as the proto documents.
 func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParams, error) {

@@ -338,5 +338,6 @@ func (w *workerService) GetVersion(ctx context.Context, _ *leaseholdv1.GetVersio
 	return &leaseholdv1.GetVersionResponse{
 		Version: c.cfg.Version, ApiVersion: APIVersion, Capabilities: Capabilities,
 		StoreEngine: c.store.Engine(), ServerTime: timestamppb.New(now),
+		Caller: callerFrom(ctx).principal(),
 	}, nil
 }

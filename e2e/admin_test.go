@@ -60,5 +60,9 @@ func TestPausedQueuesHandOutNothingUntilResumed(t *testing.T) {
 		if err != nil || v.GetStoreEngine() != wantEngine || v.GetServerTime() == nil || !slices.Contains(v.GetCapabilities(), "circuit_breakers") || !slices.Contains(v.GetCapabilities(), "key_limits") {
 			t.Fatalf("GetVersion = %v, %v; want the circuit_breakers and key_limits capabilities", v, err)
 		}
+		// With --auth none the caller is the anonymous admin of the tenant.
+		if cl := v.GetCaller(); cl.GetRole() != leaseholdv1.Role_ROLE_ADMIN || cl.GetIdentity() != "anonymous" || cl.GetTenant() == "" {
+			t.Fatalf("GetVersion caller = %v; want the anonymous admin", cl)
+		}
 	})
 }

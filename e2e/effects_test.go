@@ -60,6 +60,21 @@ func TestCheckpointsAndEffectsCarryOverToTheNextAttempt(t *testing.T) {
 		if err != nil || again.GetReserved() || again.GetEffect().GetStatus() != leaseholdv1.EffectStatus_EFFECT_STATUS_SUCCEEDED {
 			t.Fatalf("reserve by the next attempt = %v, %v; want the recorded success", again, err)
 		}
+		// Anyone who may read the job reads its ledger (the console's job
+		// page); a missing job is NOT_FOUND.
+		ledger, err := c.jobs.ListJobEffects(ctx, &leaseholdv1.ListJobEffectsRequest{JobId: tok.GetJobId()})
+		if err != nil || len(ledger.GetEffects()) != 1 || ledger.GetHasMore() ||
+			ledger.GetEffects()[0].GetEffectKey() != "charge-card" || ledger.GetEffects()[0].GetProviderOperationId() != "pi_123" {
+			t.Fatalf("ListJobEffects = %v, %v; want the one recorded effect", ledger, err)
+		}
+		_, err = c.jobs.ListJobEffects(ctx, &leaseholdv1.ListJobEffectsRequest{JobId: "01900000-0000-7000-8000-000000000000"})
+		wantReason(t, err, codes.NotFound, coordinator.ReasonJobNotFound)
+		history, err := c.jobs.ListJobCheckpoints(ctx, &leaseholdv1.ListJobCheckpointsRequest{JobId: tok.GetJobId()})
+		if err != nil || len(history.GetCheckpoints()) != 1 || history.GetCheckpoints()[0].GetPhase() != "charged" ||
+			string(history.GetCheckpoints()[0].GetState()) != "s1" {
+			t.Fatalf("ListJobCheckpoints = %v, %v; want the one saved checkpoint", history, err)
+		}
+
 		// The old generation is fenced out of the ledger too.
 		_, err = c.workers.SaveCheckpoint(ctx, &leaseholdv1.SaveCheckpointRequest{Token: tok, Phase: "late"})
 		wantReason(t, err, codes.FailedPrecondition, coordinator.ReasonLeaseLost)

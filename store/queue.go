@@ -87,6 +87,17 @@ type QueueStats struct {
 	Cancelled int64
 	Dead      int64
 	Paused    bool
+	// Lag is how long the oldest available job has been due (Now -
+	// available_at): zero when none is available.
+	Lag time.Duration
+}
+
+// AddLag folds one row's lag (the age of its oldest available job) into
+// the queue's: the largest wins.
+func (st *QueueStats) AddLag(lag time.Duration) {
+	if lag > st.Lag {
+		st.Lag = lag
+	}
 }
 
 // Add counts n jobs of a queue in state (available of them claimable now,

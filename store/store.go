@@ -108,6 +108,10 @@ type Store interface {
 	RecordEffect(ctx context.Context, p RecordEffectParams) (*Effect, error)
 	// ListEffects returns a job's effect ledger ordered by key.
 	ListEffects(ctx context.Context, tenant, jobID string) ([]Effect, error)
+	// ListCheckpoints returns a job's kept checkpoints (at most
+	// CheckpointHistoryLimit), newest first; ErrNotFound when the job does
+	// not exist.
+	ListCheckpoints(ctx context.Context, tenant, jobID string) ([]Checkpoint, error)
 
 	// ListDeadJobs pages DEAD jobs newest first (finished_at desc, id desc).
 	ListDeadJobs(ctx context.Context, p ListDeadJobsParams) (*DeadJobPage, error)

@@ -66,6 +66,8 @@ type serveFlags struct {
 	limits    limitFlags
 	// outboxRelay is the embedded relay (serve_outbox.go).
 	outboxRelay outboxRelayFlags
+	// console is the web console (serve_console.go).
+	console consoleFlags
 }
 
 func (c *cli) serveCommand() *cobra.Command {
@@ -95,6 +97,7 @@ func (c *cli) serveCommand() *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("auth", cobra.FixedCompletions([]string{"none", "api-key", "mtls"}, cobra.ShellCompDirectiveNoFileComp))
 	c.addObserveFlags(cmd, fs, &f.observe)
 	c.addOutboxRelayFlags(fs, &f.outboxRelay)
+	c.addConsoleFlags(fs, &f.console)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	documentFlagEnv(fs)
 	return withoutGlobalFlags(cmd)
@@ -134,9 +137,26 @@ func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
 		_ = coord.Shutdown(context.WithoutCancel(ctx))
 		return exitStatus(exitUsage)
 	}
+	httpTLS, err := f.httpTLSConfig(log)
+	if err != nil {
+		log.ErrorContext(ctx, "cannot set up TLS on the HTTP listener", slog.String("error", err.Error()))
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
+		return exitStatus(exitUsage)
+	}
+	ui, err := c.startConsole(ctx, log, f, coord, lis.Addr())
+	if err != nil {
+		log.ErrorContext(ctx, "cannot start the web console", slog.String("error", err.Error()))
+		_ = lis.Close() // the error above is the one to report
+		_ = coord.Shutdown(context.WithoutCancel(ctx))
+		return exitStatus(exitUsage)
+	}
+	if ui.stop != nil {
+		defer ui.stop()
+	}
 	// Stopped after the coordinator, so /readyz answers 503 while it
 	// drains.
-	stopHTTP, err := startHTTP(ctx, log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof)
+	stopHTTP, err := startHTTP(ctx, log, f.observe.httpListen, coord, tel.MetricsHandler, f.observe.pprof, ui, httpTLS)
 	if err != nil {
 		_ = lis.Close() // the error above is the one to report
 		_ = coord.Shutdown(context.WithoutCancel(ctx))

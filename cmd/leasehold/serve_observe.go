@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -47,13 +48,17 @@ const (
 // observeFlags are serve's observability flags.
 type observeFlags struct {
 	httpListen string
-	logFormat  string
-	pprof      bool
+	// httpTLS serves httpListen over TLS with the gRPC certificate files.
+	httpTLS   bool
+	logFormat string
+	pprof     bool
 }
 
 func (c *cli) addObserveFlags(cmd *cobra.Command, fs *pflag.FlagSet, f *observeFlags) {
 	fs.StringVar(&f.httpListen, "http-listen", httpListenDefault,
 		`plaintext HTTP address for /metrics, /healthz and /readyz (env LEASEHOLD_HTTP_LISTEN); "" disables it, port 0 picks a free one`)
+	fs.BoolVar(&f.httpTLS, "http-tls", false,
+		"serve --http-listen over TLS with --tls-cert-file and --tls-key-file (re-read when they change), so the web console can take API keys from other machines (env LEASEHOLD_HTTP_TLS)")
 	fs.StringVar(&f.logFormat, "log-format", logFormatText,
 		"log format on stderr: text or json (env LEASEHOLD_LOG_FORMAT)")
 	fs.BoolVar(&f.pprof, "pprof", false,
@@ -138,7 +143,7 @@ func coordinatorTelemetry(tel *telemetry.Telemetry) (coordinator.Config, error) 
 // startHTTP serves /metrics, /healthz and /readyz on addr until the
 // returned stop is called; an empty addr serves nothing. The bound address
 // is logged (addr may have port 0).
-func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool) (stop func(), err error) {
+func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordinator.Coordinator, metrics http.Handler, profiles bool, ui consoleRoute, tlsCfg *tls.Config) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -154,6 +159,9 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 	if metrics != nil {
 		mux.Handle("/metrics", metrics)
 	}
+	if ui.handler != nil {
+		mux.Handle(ui.prefix, ui.handler)
+	}
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -167,15 +175,30 @@ func startHTTP(ctx context.Context, log *slog.Logger, addr string, coord *coordi
 		WriteTimeout:      httpWriteTimeout,
 		IdleTimeout:       httpIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         tlsCfg,
+	}
+	scheme := "http://"
+	if tlsCfg != nil {
+		scheme = "https://"
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if tlsCfg != nil {
+			serve = func(l net.Listener) error { return srv.ServeTLS(l, "", "") }
+		}
+		if err := serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.ErrorContext(ctx, "http server failed", slog.String("http_listen", lis.Addr().String()), slog.String("error", err.Error()))
 		}
 	}()
 	log.InfoContext(ctx, "leasehold http serving /metrics /healthz /readyz", slog.String("http_listen", lis.Addr().String()))
+	if tlsCfg != nil {
+		log.InfoContext(ctx, "leasehold http serves TLS (--http-tls)")
+	}
+	if ui.handler != nil {
+		log.InfoContext(ctx, "leasehold web console", slog.String("url", scheme+lis.Addr().String()+ui.prefix))
+	}
 	return func() {
 		// Stopping runs after ctx (the signal) has ended: keep its values only.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)

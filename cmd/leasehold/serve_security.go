@@ -93,6 +93,34 @@ func (f *securityFlags) tlsConfig(log *slog.Logger) (*tls.Config, error) {
 	return r.ServerConfig(), nil
 }
 
+// httpTLSConfig is the HTTP listener's TLS with --http-tls (nil without):
+// the gRPC certificate files, re-read the same way, asking no client
+// certificate (scrapers, probes and browsers have none), with HTTP/2 or
+// HTTP/1.1.
+func (f *serveFlags) httpTLSConfig(log *slog.Logger) (*tls.Config, error) {
+	if !f.observe.httpTLS {
+		return nil, nil
+	}
+	if f.security.certFile == "" || f.observe.httpListen == "" {
+		return nil, usagef("--http-tls needs --tls-cert-file, --tls-key-file and --http-listen")
+	}
+	r, err := certreload.New(certreload.Config{
+		CertFile: f.security.certFile, KeyFile: f.security.keyFile, ClientAuth: tls.NoClientCert, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	base := r.ServerConfig()
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := base.GetConfigForClient(h)
+		if err != nil {
+			return nil, err
+		}
+		c.NextProtos = []string{"h2", "http/1.1"}
+		return c, nil
+	}}, nil
+}
+
 // checkExposure refuses to serve unauthenticated beyond loopback unless
 // --insecure-allow-unauthenticated, and warns (at every start) about the
 // setups that are allowed but unsafe.

@@ -145,6 +145,32 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 	return out, nil
 }
 
+// ListCheckpoints implements store.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, tenant, jobID string) ([]store.Checkpoint, error) {
+	if err := store.ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if err := validateJobID(jobID); err != nil {
+		return nil, err
+	}
+	if err := s.jobExists(ctx, tenant, jobID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, qListCheckpoints, tenant, jobID)
+	if err != nil {
+		return nil, s.readError(ctx, "list_checkpoints", err)
+	}
+	cps, err := collect(rows, scanCheckpoint)
+	if err != nil {
+		return nil, s.readError(ctx, "list_checkpoints", err)
+	}
+	out := make([]store.Checkpoint, 0, len(cps))
+	for _, c := range cps {
+		out = append(out, *c)
+	}
+	return out, nil
+}
+
 // ListEffects implements store.Store.
 func (s *Store) ListEffects(ctx context.Context, tenant, jobID string) ([]store.Effect, error) {
 	if err := store.ValidateTenant(tenant); err != nil {

@@ -319,6 +319,10 @@ const (
 	qLatestCheckpointsFrom  = ` FROM job_checkpoints
 	WHERE tenant = $1 AND job_id = ANY($2::text[]) ORDER BY job_id, seq DESC`
 
+	// qListCheckpoints is a job's kept checkpoints, newest first.
+	qListCheckpoints = `SELECT ` + checkpointColumns + ` FROM job_checkpoints
+	WHERE tenant = $1 AND job_id = $2 ORDER BY seq DESC`
+
 	qInsertCheckpoint = `INSERT INTO job_checkpoints (tenant, id, job_id, phase, state, generation, parent_id, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 	RETURNING ` + checkpointColumns
@@ -424,9 +428,13 @@ const (
 // Statistics.
 const (
 	// qQueueCounts counts a tenant's jobs by queue and state; available
-	// counts queued jobs due at $3.
+	// counts queued jobs due at $3, and the last column is the age in
+	// microseconds of the oldest of them (the queue's lag).
 	qQueueCounts = `SELECT queue, state, count(*),
-	       count(*) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now()))
+	       count(*) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now())),
+	       coalesce((extract(epoch FROM coalesce($3::timestamptz, now())
+	           - min(available_at) FILTER (WHERE state = 'queued' AND available_at <= coalesce($3::timestamptz, now())))
+	           * 1000000)::bigint, 0)
 	FROM jobs
 	WHERE tenant = $1 AND ($2 = '' OR queue = $2)
 	GROUP BY queue, state`

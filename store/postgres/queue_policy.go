@@ -179,8 +179,8 @@ func (s *Store) queueCounts(ctx context.Context, tenant, queue string, now time.
 	out := map[string]*store.QueueStats{}
 	for rows.Next() {
 		var name, state string
-		var n, available int64
-		if err := rows.Scan(&name, &state, &n, &available); err != nil {
+		var n, available, lagMicros int64
+		if err := rows.Scan(&name, &state, &n, &available, &lagMicros); err != nil {
 			return nil, err
 		}
 		st := out[name]
@@ -189,6 +189,7 @@ func (s *Store) queueCounts(ctx context.Context, tenant, queue string, now time.
 			out[name] = st
 		}
 		st.Add(store.JobState(state), n, available)
+		st.AddLag(time.Duration(lagMicros) * time.Microsecond)
 	}
 	return out, rows.Err()
 }

@@ -179,6 +179,38 @@ func (s *Store) ListEffects(ctx context.Context, tenant, jobID string) ([]store.
 	return out, err
 }
 
+// ListCheckpoints implements store.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, tenant, jobID string) ([]store.Checkpoint, error) {
+	if err := store.ValidateJobRef(tenant, jobID); err != nil {
+		return nil, err
+	}
+	var out []store.Checkpoint
+	err := s.read(ctx, "list checkpoints", func(tx *preparedTx) error {
+		if err := requireJob(ctx, tx, tenant, jobID); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, qListCheckpoints, tenant, jobID)
+		if err != nil {
+			return fmt.Errorf("list checkpoints: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				c       store.Checkpoint
+				state   []byte
+				created int64
+			)
+			if err := rows.Scan(&c.ID, &c.JobID, &c.Phase, &state, &c.LeaseGeneration, &c.ParentID, &created); err != nil {
+				return err
+			}
+			c.State, c.CreatedAt = emptyNil(state), fromMicros(created)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 func listEffectsTx(ctx context.Context, q querier, tenant, jobID string) ([]store.Effect, error) {
 	rows, err := q.QueryContext(ctx, qListEffects, tenant, jobID)
 	if err != nil {

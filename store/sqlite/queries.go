@@ -225,6 +225,11 @@ WHERE tenant = ?1 AND id = ?2 AND state = 'leased' AND cancel_requested = 0`
 const qLatestCheckpoint = `
 SELECT id FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC LIMIT 1`
 
+// qListCheckpoints is a job's kept checkpoints, newest first.
+const qListCheckpoints = `
+SELECT id, job_id, phase, state, generation, parent_id, created_at
+FROM job_checkpoints WHERE tenant = ?1 AND job_id = ?2 ORDER BY seq DESC`
+
 // qInsertCheckpoint stores a checkpoint under the seq of its event.
 const qInsertCheckpoint = `
 INSERT INTO job_checkpoints (tenant, id, job_id, seq, phase, state, generation, parent_id, created_at)
@@ -336,15 +341,18 @@ ON CONFLICT (tenant, queue) DO UPDATE SET paused = excluded.paused, updated_at =
 RETURNING ` + policyColumns
 
 // qQueueStats counts one queue's jobs by state; available counts QUEUED jobs
-// whose time has come.
+// whose time has come, and the last column is the oldest one's age in
+// microseconds (the queue's lag).
 const qQueueStats = `
-SELECT state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?3), 0)
+SELECT state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?3), 0),
+       coalesce(?3 - min(CASE WHEN state = 'queued' AND available_at <= ?3 THEN available_at END), 0)
 FROM jobs WHERE tenant = ?1 AND queue = ?2
 GROUP BY state`
 
 // qQueueCounts is qQueueStats for every queue of a tenant.
 const qQueueCounts = `
-SELECT queue, state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?2), 0)
+SELECT queue, state, count(*), coalesce(sum(state = 'queued' AND available_at <= ?2), 0),
+       coalesce(?2 - min(CASE WHEN state = 'queued' AND available_at <= ?2 THEN available_at END), 0)
 FROM jobs WHERE tenant = ?1
 GROUP BY queue, state`
 
@@ -459,7 +467,7 @@ var statements = append([]string{
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
 	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLockExpired, qNextExpiry,
 	qLockLease, qInspectAttempt, qCancelQueued,
-	qRequestCancelLeased, qLatestCheckpoint, qInsertCheckpoint, qTrimCheckpoints,
+	qRequestCancelLeased, qLatestCheckpoint, qListCheckpoints, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,

@@ -141,13 +141,14 @@ func (s *Store) QueueStats(ctx context.Context, p store.QueueStatsParams) (*stor
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				state        string
-				n, available int64
+				state               string
+				n, available, lagUs int64
 			)
-			if err := rows.Scan(&state, &n, &available); err != nil {
+			if err := rows.Scan(&state, &n, &available, &lagUs); err != nil {
 				return err
 			}
 			st.Add(store.JobState(state), n, available)
+			st.AddLag(time.Duration(lagUs) * time.Microsecond)
 		}
 		return rows.Err()
 	})
@@ -201,13 +202,14 @@ func (s *Store) ListQueues(ctx context.Context, tenant string) ([]store.QueueSum
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				queue, state string
-				n, available int64
+				queue, state        string
+				n, available, lagUs int64
 			)
-			if err := rows.Scan(&queue, &state, &n, &available); err != nil {
+			if err := rows.Scan(&queue, &state, &n, &available, &lagUs); err != nil {
 				return err
 			}
 			get(queue).Stats.Add(store.JobState(state), n, available)
+			get(queue).Stats.AddLag(time.Duration(lagUs) * time.Microsecond)
 		}
 		return rows.Err()
 	})

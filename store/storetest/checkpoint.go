@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ func checkpointTests() group {
 		{"a checkpoint saved by generation 1 reaches generation 2 with lineage", testCheckpointReachesNextGeneration},
 		{"a stale generation's checkpoint is rejected", testCheckpointStale},
 		{"the checkpoint history is bounded", testCheckpointHistoryBounded},
+		{"a job's checkpoints are listed newest first", testListCheckpoints},
 	}}
 }
 
@@ -117,5 +119,41 @@ func testCheckpointHistoryBounded(t *testing.T, h Harness) {
 	}
 	if n := e.rows(RowsCheckpoints, j.ID); n != store.CheckpointHistoryLimit {
 		t.Fatalf("%d checkpoints stored after %d saves, want the newest %d", n, saves, store.CheckpointHistoryLimit)
+	}
+}
+
+func testListCheckpoints(t *testing.T, h Harness) {
+	e := setup(t, h)
+	j := e.mustCreate(tenantA, spec("default"), base)
+	if cps, err := e.s.ListCheckpoints(e.ctx, tenantA, j.ID); err != nil || len(cps) != 0 {
+		t.Fatalf("checkpoints of a new job: %+v, %v; want none", cps, err)
+	}
+	c := e.mustClaim(tenantA, workerA, "default", j.ID, at(time.Second))
+	const saves = store.CheckpointHistoryLimit + 2
+	for i := range saves {
+		if _, err := e.s.SaveCheckpoint(e.ctx, store.SaveCheckpointParams{Tenant: tenantA, Token: c.Token, Phase: fmt.Sprintf("phase-%02d", i),
+			State: fmt.Appendf(nil, `{"i":%d}`, i), Now: at(2*time.Second + time.Duration(i)*time.Millisecond)}); err != nil {
+			t.Fatalf("save %d: %v", i, err)
+		}
+	}
+	cps, err := e.s.ListCheckpoints(e.ctx, tenantA, j.ID)
+	if err != nil || len(cps) != store.CheckpointHistoryLimit {
+		t.Fatalf("list: %d checkpoints, %v; want the newest %d", len(cps), err, store.CheckpointHistoryLimit)
+	}
+	for k, cp := range cps {
+		i := saves - 1 - k
+		if cp.Phase != fmt.Sprintf("phase-%02d", i) || string(cp.State) != fmt.Sprintf(`{"i":%d}`, i) || cp.JobID != j.ID || cp.LeaseGeneration != 1 {
+			t.Fatalf("checkpoint %d: %+v; want phase-%02d", k, cp, i)
+		}
+		wantTime(t, "checkpoint created_at", cp.CreatedAt, at(2*time.Second+time.Duration(i)*time.Millisecond))
+		if k+1 < len(cps) && cp.ParentID != cps[k+1].ID {
+			t.Fatalf("checkpoint %d's parent is %q, want %q", k, cp.ParentID, cps[k+1].ID)
+		}
+	}
+	if _, err := e.s.ListCheckpoints(e.ctx, tenantB, j.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant's job: %v; want ErrNotFound", err)
+	}
+	if _, err := e.s.ListCheckpoints(e.ctx, tenantA, store.NewID()); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a missing job: %v; want ErrNotFound", err)
 	}
 }

@@ -162,15 +162,17 @@ func testQueueStats(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("queue stats: %v", err)
 	}
-	want := store.QueueStats{Queue: q, Queued: 3, Available: 2, Leased: 1, Succeeded: 1, Failed: 1, Cancelled: 1, Dead: 1}
+	// The two available jobs were due at base: a minute of lag.
+	want := store.QueueStats{Queue: q, Queued: 3, Available: 2, Leased: 1, Succeeded: 1, Failed: 1, Cancelled: 1, Dead: 1, Lag: time.Minute}
 	if *st != want {
 		t.Fatalf("stats %+v, want %+v", *st, want)
 	}
 	// Available moves with Now.
 	st, err = e.s.QueueStats(e.ctx, store.QueueStatsParams{Tenant: tenantA, Queue: q, Now: at(2 * time.Hour)})
-	if err != nil || st.Available != 3 {
-		t.Fatalf("stats two hours later: %+v, %v; want 3 available", st, err)
+	if err != nil || st.Available != 3 || st.Lag != 2*time.Hour {
+		t.Fatalf("stats two hours later: %+v, %v; want 3 available, 2h of lag", st, err)
 	}
+
 	// A queue nobody used has zero counts.
 	st, err = e.s.QueueStats(e.ctx, store.QueueStatsParams{Tenant: tenantA, Queue: "unused", Now: at(time.Minute)})
 	if err != nil || *st != (store.QueueStats{Queue: "unused"}) {

@@ -822,6 +822,199 @@ func (x *ListJobEventsResponse) GetHasMore() bool {
 	return false
 }
 
+// ListJobEffectsRequest names the job whose effect ledger to list.
+type ListJobEffectsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job. Required.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobEffectsRequest) Reset() {
+	*x = ListJobEffectsRequest{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobEffectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobEffectsRequest) ProtoMessage() {}
+
+func (x *ListJobEffectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobEffectsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobEffectsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListJobEffectsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// ListJobEffectsResponse is the job's effect ledger.
+type ListJobEffectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Effects by key, at most 1000.
+	Effects []*Effect `protobuf:"bytes,1,rep,name=effects,proto3" json:"effects,omitempty"`
+	// True when the job has more effects than were returned.
+	HasMore       bool `protobuf:"varint,2,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobEffectsResponse) Reset() {
+	*x = ListJobEffectsResponse{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobEffectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobEffectsResponse) ProtoMessage() {}
+
+func (x *ListJobEffectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobEffectsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobEffectsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListJobEffectsResponse) GetEffects() []*Effect {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
+}
+
+func (x *ListJobEffectsResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
+// ListJobCheckpointsRequest names the job whose checkpoints to list.
+type ListJobCheckpointsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job. Required.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobCheckpointsRequest) Reset() {
+	*x = ListJobCheckpointsRequest{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobCheckpointsRequest) ProtoMessage() {}
+
+func (x *ListJobCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListJobCheckpointsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// ListJobCheckpointsResponse is the job's checkpoint history.
+type ListJobCheckpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first; each names its parent (which may have been trimmed).
+	Checkpoints   []*Checkpoint `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobCheckpointsResponse) Reset() {
+	*x = ListJobCheckpointsResponse{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobCheckpointsResponse) ProtoMessage() {}
+
+func (x *ListJobCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListJobCheckpointsResponse) GetCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
 // WatchJobRequest names the job to watch.
 type WatchJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -835,7 +1028,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1040,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1053,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -888,7 +1081,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1093,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1106,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchJobResponse) GetEvent() *Event {
@@ -982,12 +1175,21 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"_\n" +
 	"\x15ListJobEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.leasehold.v1.EventR\x06events\x12\x19\n" +
-	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"O\n" +
+	"\bhas_more\x18\x02 \x01(\bR\ahasMore\".\n" +
+	"\x15ListJobEffectsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"c\n" +
+	"\x16ListJobEffectsResponse\x12.\n" +
+	"\aeffects\x18\x01 \x03(\v2\x14.leasehold.v1.EffectR\aeffects\x12\x19\n" +
+	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"2\n" +
+	"\x19ListJobCheckpointsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"X\n" +
+	"\x1aListJobCheckpointsResponse\x12:\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x18.leasehold.v1.CheckpointR\vcheckpoints\"O\n" +
 	"\x0fWatchJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"=\n" +
 	"\x10WatchJobResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event2\xbf\x04\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event2\x85\x06\n" +
 	"\n" +
 	"JobService\x12L\n" +
 	"\tCreateJob\x12\x1e.leasehold.v1.CreateJobRequest\x1a\x1f.leasehold.v1.CreateJobResponse\x12^\n" +
@@ -996,7 +1198,9 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\bListJobs\x12\x1d.leasehold.v1.ListJobsRequest\x1a\x1e.leasehold.v1.ListJobsResponse\x12L\n" +
 	"\tCancelJob\x12\x1e.leasehold.v1.CancelJobRequest\x1a\x1f.leasehold.v1.CancelJobResponse\x12X\n" +
 	"\rListJobEvents\x12\".leasehold.v1.ListJobEventsRequest\x1a#.leasehold.v1.ListJobEventsResponse\x12K\n" +
-	"\bWatchJob\x12\x1d.leasehold.v1.WatchJobRequest\x1a\x1e.leasehold.v1.WatchJobResponse0\x01B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\bWatchJob\x12\x1d.leasehold.v1.WatchJobRequest\x1a\x1e.leasehold.v1.WatchJobResponse0\x01\x12[\n" +
+	"\x0eListJobEffects\x12#.leasehold.v1.ListJobEffectsRequest\x1a$.leasehold.v1.ListJobEffectsResponse\x12g\n" +
+	"\x12ListJobCheckpoints\x12'.leasehold.v1.ListJobCheckpointsRequest\x1a(.leasehold.v1.ListJobCheckpointsResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_job_service_proto_rawDescOnce sync.Once
@@ -1010,65 +1214,77 @@ func file_leasehold_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_job_service_proto_rawDescData
 }
 
-var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_leasehold_v1_job_service_proto_goTypes = []any{
-	(*JobSpec)(nil),                 // 0: leasehold.v1.JobSpec
-	(*CreateJobRequest)(nil),        // 1: leasehold.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 2: leasehold.v1.CreateJobResponse
-	(*BatchCreateJobsRequest)(nil),  // 3: leasehold.v1.BatchCreateJobsRequest
-	(*BatchCreateJobsResponse)(nil), // 4: leasehold.v1.BatchCreateJobsResponse
-	(*GetJobRequest)(nil),           // 5: leasehold.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 6: leasehold.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 7: leasehold.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 8: leasehold.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),        // 9: leasehold.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),       // 10: leasehold.v1.CancelJobResponse
-	(*ListJobEventsRequest)(nil),    // 11: leasehold.v1.ListJobEventsRequest
-	(*ListJobEventsResponse)(nil),   // 12: leasehold.v1.ListJobEventsResponse
-	(*WatchJobRequest)(nil),         // 13: leasehold.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),        // 14: leasehold.v1.WatchJobResponse
-	nil,                             // 15: leasehold.v1.JobSpec.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 17: google.protobuf.Duration
-	(*Job)(nil),                     // 18: leasehold.v1.Job
-	(JobState)(0),                   // 19: leasehold.v1.JobState
-	(JobView)(0),                    // 20: leasehold.v1.JobView
-	(*Event)(nil),                   // 21: leasehold.v1.Event
+	(*JobSpec)(nil),                    // 0: leasehold.v1.JobSpec
+	(*CreateJobRequest)(nil),           // 1: leasehold.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),          // 2: leasehold.v1.CreateJobResponse
+	(*BatchCreateJobsRequest)(nil),     // 3: leasehold.v1.BatchCreateJobsRequest
+	(*BatchCreateJobsResponse)(nil),    // 4: leasehold.v1.BatchCreateJobsResponse
+	(*GetJobRequest)(nil),              // 5: leasehold.v1.GetJobRequest
+	(*GetJobResponse)(nil),             // 6: leasehold.v1.GetJobResponse
+	(*ListJobsRequest)(nil),            // 7: leasehold.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 8: leasehold.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),           // 9: leasehold.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 10: leasehold.v1.CancelJobResponse
+	(*ListJobEventsRequest)(nil),       // 11: leasehold.v1.ListJobEventsRequest
+	(*ListJobEventsResponse)(nil),      // 12: leasehold.v1.ListJobEventsResponse
+	(*ListJobEffectsRequest)(nil),      // 13: leasehold.v1.ListJobEffectsRequest
+	(*ListJobEffectsResponse)(nil),     // 14: leasehold.v1.ListJobEffectsResponse
+	(*ListJobCheckpointsRequest)(nil),  // 15: leasehold.v1.ListJobCheckpointsRequest
+	(*ListJobCheckpointsResponse)(nil), // 16: leasehold.v1.ListJobCheckpointsResponse
+	(*WatchJobRequest)(nil),            // 17: leasehold.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),           // 18: leasehold.v1.WatchJobResponse
+	nil,                                // 19: leasehold.v1.JobSpec.MetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 21: google.protobuf.Duration
+	(*Job)(nil),                        // 22: leasehold.v1.Job
+	(JobState)(0),                      // 23: leasehold.v1.JobState
+	(JobView)(0),                       // 24: leasehold.v1.JobView
+	(*Event)(nil),                      // 25: leasehold.v1.Event
+	(*Effect)(nil),                     // 26: leasehold.v1.Effect
+	(*Checkpoint)(nil),                 // 27: leasehold.v1.Checkpoint
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
-	15, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
-	16, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	17, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
+	19, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
+	20, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	21, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
 	0,  // 3: leasehold.v1.CreateJobRequest.job:type_name -> leasehold.v1.JobSpec
-	18, // 4: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
+	22, // 4: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
 	1,  // 5: leasehold.v1.BatchCreateJobsRequest.requests:type_name -> leasehold.v1.CreateJobRequest
 	2,  // 6: leasehold.v1.BatchCreateJobsResponse.responses:type_name -> leasehold.v1.CreateJobResponse
-	18, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	19, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
-	20, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
-	18, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	18, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	21, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
-	21, // 13: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
-	1,  // 14: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
-	3,  // 15: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
-	5,  // 16: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	7,  // 17: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	9,  // 18: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	11, // 19: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
-	13, // 20: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
-	2,  // 21: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
-	4,  // 22: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
-	6,  // 23: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	8,  // 24: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	10, // 25: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	12, // 26: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
-	14, // 27: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	22, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
+	24, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
+	22, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	22, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	25, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
+	26, // 13: leasehold.v1.ListJobEffectsResponse.effects:type_name -> leasehold.v1.Effect
+	27, // 14: leasehold.v1.ListJobCheckpointsResponse.checkpoints:type_name -> leasehold.v1.Checkpoint
+	25, // 15: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
+	1,  // 16: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
+	3,  // 17: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
+	5,  // 18: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	7,  // 19: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	9,  // 20: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	11, // 21: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
+	17, // 22: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
+	13, // 23: leasehold.v1.JobService.ListJobEffects:input_type -> leasehold.v1.ListJobEffectsRequest
+	15, // 24: leasehold.v1.JobService.ListJobCheckpoints:input_type -> leasehold.v1.ListJobCheckpointsRequest
+	2,  // 25: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
+	4,  // 26: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
+	6,  // 27: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	8,  // 28: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	10, // 29: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	12, // 30: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
+	18, // 31: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
+	14, // 32: leasehold.v1.JobService.ListJobEffects:output_type -> leasehold.v1.ListJobEffectsResponse
+	16, // 33: leasehold.v1.JobService.ListJobCheckpoints:output_type -> leasehold.v1.ListJobCheckpointsResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }
@@ -1083,7 +1299,7 @@ func file_leasehold_v1_job_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_job_service_proto_rawDesc), len(file_leasehold_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_CreateJob_FullMethodName       = "/leasehold.v1.JobService/CreateJob"
-	JobService_BatchCreateJobs_FullMethodName = "/leasehold.v1.JobService/BatchCreateJobs"
-	JobService_GetJob_FullMethodName          = "/leasehold.v1.JobService/GetJob"
-	JobService_ListJobs_FullMethodName        = "/leasehold.v1.JobService/ListJobs"
-	JobService_CancelJob_FullMethodName       = "/leasehold.v1.JobService/CancelJob"
-	JobService_ListJobEvents_FullMethodName   = "/leasehold.v1.JobService/ListJobEvents"
-	JobService_WatchJob_FullMethodName        = "/leasehold.v1.JobService/WatchJob"
+	JobService_CreateJob_FullMethodName          = "/leasehold.v1.JobService/CreateJob"
+	JobService_BatchCreateJobs_FullMethodName    = "/leasehold.v1.JobService/BatchCreateJobs"
+	JobService_GetJob_FullMethodName             = "/leasehold.v1.JobService/GetJob"
+	JobService_ListJobs_FullMethodName           = "/leasehold.v1.JobService/ListJobs"
+	JobService_CancelJob_FullMethodName          = "/leasehold.v1.JobService/CancelJob"
+	JobService_ListJobEvents_FullMethodName      = "/leasehold.v1.JobService/ListJobEvents"
+	JobService_WatchJob_FullMethodName           = "/leasehold.v1.JobService/WatchJob"
+	JobService_ListJobEffects_FullMethodName     = "/leasehold.v1.JobService/ListJobEffects"
+	JobService_ListJobCheckpoints_FullMethodName = "/leasehold.v1.JobService/ListJobCheckpoints"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -66,6 +68,17 @@ type JobServiceClient interface {
 	// WatchJob streams a job's events: first those after after_sequence, then
 	// new ones as they happen. The stream ends after the terminal event.
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error)
+	// ListJobEffects returns a job's effect ledger (what its workers reserved
+	// and recorded with ReserveEffect and RecordEffect), ordered by effect
+	// key: at most 1000 effects, has_more when the job has more. A job of
+	// another tenant or outside the caller's queues is NOT_FOUND, as with
+	// GetJob. Needs jobs.read.
+	ListJobEffects(ctx context.Context, in *ListJobEffectsRequest, opts ...grpc.CallOption) (*ListJobEffectsResponse, error)
+	// ListJobCheckpoints returns the checkpoints kept for a job (the newest
+	// 16), newest first, each with its state. A job of another tenant or
+	// outside the caller's queues is NOT_FOUND, as with GetJob. Needs
+	// jobs.read.
+	ListJobCheckpoints(ctx context.Context, in *ListJobCheckpointsRequest, opts ...grpc.CallOption) (*ListJobCheckpointsResponse, error)
 }
 
 type jobServiceClient struct {
@@ -155,6 +168,26 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, in *WatchJobRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobClient = grpc.ServerStreamingClient[WatchJobResponse]
 
+func (c *jobServiceClient) ListJobEffects(ctx context.Context, in *ListJobEffectsRequest, opts ...grpc.CallOption) (*ListJobEffectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobEffectsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobEffects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) ListJobCheckpoints(ctx context.Context, in *ListJobCheckpointsRequest, opts ...grpc.CallOption) (*ListJobCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobCheckpointsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -193,6 +226,17 @@ type JobServiceServer interface {
 	// WatchJob streams a job's events: first those after after_sequence, then
 	// new ones as they happen. The stream ends after the terminal event.
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error
+	// ListJobEffects returns a job's effect ledger (what its workers reserved
+	// and recorded with ReserveEffect and RecordEffect), ordered by effect
+	// key: at most 1000 effects, has_more when the job has more. A job of
+	// another tenant or outside the caller's queues is NOT_FOUND, as with
+	// GetJob. Needs jobs.read.
+	ListJobEffects(context.Context, *ListJobEffectsRequest) (*ListJobEffectsResponse, error)
+	// ListJobCheckpoints returns the checkpoints kept for a job (the newest
+	// 16), newest first, each with its state. A job of another tenant or
+	// outside the caller's queues is NOT_FOUND, as with GetJob. Needs
+	// jobs.read.
+	ListJobCheckpoints(context.Context, *ListJobCheckpointsRequest) (*ListJobCheckpointsResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -223,6 +267,12 @@ func (UnimplementedJobServiceServer) ListJobEvents(context.Context, *ListJobEven
 }
 func (UnimplementedJobServiceServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobEffects(context.Context, *ListJobEffectsRequest) (*ListJobEffectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobEffects not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobCheckpoints(context.Context, *ListJobCheckpointsRequest) (*ListJobCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobCheckpoints not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -364,6 +414,42 @@ func _JobService_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobServer = grpc.ServerStreamingServer[WatchJobResponse]
 
+func _JobService_ListJobEffects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobEffectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobEffects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobEffects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobEffects(ctx, req.(*ListJobEffectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_ListJobCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobCheckpoints(ctx, req.(*ListJobCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +480,14 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobEvents",
 			Handler:    _JobService_ListJobEvents_Handler,
+		},
+		{
+			MethodName: "ListJobEffects",
+			Handler:    _JobService_ListJobEffects_Handler,
+		},
+		{
+			MethodName: "ListJobCheckpoints",
+			Handler:    _JobService_ListJobCheckpoints_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

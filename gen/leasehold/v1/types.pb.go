@@ -1875,7 +1875,10 @@ type QueueStats struct {
 	// Dead jobs (the dead-letter queue) not yet pruned.
 	Dead int64 `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
 	// Whether the queue is paused.
-	Paused        bool `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
+	// How long the oldest available job has been due (now - available_at):
+	// the queue's lag. Zero when no job is available.
+	Lag           *durationpb.Duration `protobuf:"bytes,10,opt,name=lag,proto3" json:"lag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1971,6 +1974,13 @@ func (x *QueueStats) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *QueueStats) GetLag() *durationpb.Duration {
+	if x != nil {
+		return x.Lag
+	}
+	return nil
 }
 
 // Breaker is a fleet-wide circuit breaker for one (tenant, dependency).
@@ -2656,7 +2666,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\tRateLimit\x12\x16\n" +
 	"\x06starts\x18\x01 \x01(\x05R\x06starts\x125\n" +
 	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x17\n" +
-	"\aper_key\x18\x03 \x01(\bR\x06perKey\"\xf0\x01\n" +
+	"\aper_key\x18\x03 \x01(\bR\x06perKey\"\x9d\x02\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
@@ -2667,7 +2677,9 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06failed\x18\x06 \x01(\x03R\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\a \x01(\x03R\tcancelled\x12\x12\n" +
 	"\x04dead\x18\b \x01(\x03R\x04dead\x12\x16\n" +
-	"\x06paused\x18\t \x01(\bR\x06paused\"\xb6\x04\n" +
+	"\x06paused\x18\t \x01(\bR\x06paused\x12+\n" +
+	"\x03lag\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03lag\"\xb6\x04\n" +
 	"\aBreaker\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -2871,26 +2883,27 @@ var file_leasehold_v1_types_proto_depIdxs = []int32{
 	29, // 27: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
 	20, // 28: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
 	29, // 29: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	6,  // 30: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	28, // 31: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	28, // 32: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	23, // 33: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
-	28, // 34: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 35: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
-	29, // 36: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
-	29, // 37: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
-	29, // 38: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
-	7,  // 39: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
-	28, // 40: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
-	27, // 41: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	28, // 42: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	8,  // 43: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	28, // 44: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	29, // 30: leasehold.v1.QueueStats.lag:type_name -> google.protobuf.Duration
+	6,  // 31: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	28, // 32: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	28, // 33: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	23, // 34: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	28, // 35: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 36: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	29, // 37: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	29, // 38: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	29, // 39: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	7,  // 40: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	28, // 41: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	27, // 42: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	28, // 43: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	8,  // 44: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	28, // 45: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }

@@ -2347,7 +2347,12 @@ type GetVersionResponse struct {
 	// The storage engine: "postgres" or "sqlite".
 	StoreEngine string `protobuf:"bytes,4,opt,name=store_engine,json=storeEngine,proto3" json:"store_engine,omitempty"`
 	// The coordinator's current time (its authoritative clock).
-	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	ServerTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	// Who made this call: the principal's id, name, role, tenant, queue
+	// patterns and identity (with --auth none, the anonymous admin of the
+	// served tenant, without id). Clients such as the web console decide
+	// what to offer from it; the server still checks every call.
+	Caller        *Principal `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2417,11 +2422,18 @@ func (x *GetVersionResponse) GetServerTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetVersionResponse) GetCaller() *Principal {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
 var File_leasehold_v1_worker_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\n" +
-	"!leasehold/v1/worker_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18leasehold/v1/types.proto\"\xd6\x01\n" +
+	"!leasehold/v1/worker_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\xd6\x01\n" +
 	"\tLeasedJob\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\x12.\n" +
 	"\x05token\x18\x02 \x01(\v2\x18.leasehold.v1.LeaseTokenR\x05token\x12D\n" +
@@ -2554,7 +2566,7 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x05Drain\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12<\n" +
 	"\fgrace_period\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"\x13\n" +
-	"\x11GetVersionRequest\"\xd3\x01\n" +
+	"\x11GetVersionRequest\"\x84\x02\n" +
 	"\x12GetVersionResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\tR\n" +
@@ -2562,7 +2574,8 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12!\n" +
 	"\fstore_engine\x18\x04 \x01(\tR\vstoreEngine\x12;\n" +
 	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"serverTime*\x9a\x01\n" +
+	"serverTime\x12/\n" +
+	"\x06caller\x18\x06 \x01(\v2\x17.leasehold.v1.PrincipalR\x06caller*\x9a\x01\n" +
 	"\vRenewStatus\x12\x1c\n" +
 	"\x18RENEW_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RENEW_STATUS_RENEWED\x10\x01\x12\x15\n" +
@@ -2652,6 +2665,7 @@ var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(*Checkpoint)(nil),             // 44: leasehold.v1.Checkpoint
 	(EffectStatus)(0),              // 45: leasehold.v1.EffectStatus
 	(JobState)(0),                  // 46: leasehold.v1.JobState
+	(*Principal)(nil),              // 47: leasehold.v1.Principal
 }
 var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
 	38, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
@@ -2714,33 +2728,34 @@ var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
 	39, // 57: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
 	42, // 58: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
 	40, // 59: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
-	3,  // 60: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
-	5,  // 61: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
-	8,  // 62: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
-	10, // 63: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
-	12, // 64: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
-	14, // 65: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	16, // 66: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
-	18, // 67: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
-	20, // 68: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
-	22, // 69: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
-	34, // 70: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
-	4,  // 71: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
-	7,  // 72: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
-	9,  // 73: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
-	11, // 74: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
-	13, // 75: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
-	15, // 76: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	17, // 77: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
-	19, // 78: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
-	21, // 79: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
-	27, // 80: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
-	35, // 81: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
-	71, // [71:82] is the sub-list for method output_type
-	60, // [60:71] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	47, // 60: leasehold.v1.GetVersionResponse.caller:type_name -> leasehold.v1.Principal
+	3,  // 61: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
+	5,  // 62: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
+	8,  // 63: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
+	10, // 64: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
+	12, // 65: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
+	14, // 66: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 67: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
+	18, // 68: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
+	20, // 69: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
+	22, // 70: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
+	34, // 71: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
+	4,  // 72: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
+	7,  // 73: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
+	9,  // 74: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
+	11, // 75: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
+	13, // 76: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
+	15, // 77: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 78: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
+	19, // 79: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
+	21, // 80: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
+	27, // 81: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
+	35, // 82: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
+	72, // [72:83] is the sub-list for method output_type
+	61, // [61:72] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_worker_service_proto_init() }
@@ -2748,6 +2763,7 @@ func file_leasehold_v1_worker_service_proto_init() {
 	if File_leasehold_v1_worker_service_proto != nil {
 		return
 	}
+	file_leasehold_v1_identity_proto_init()
 	file_leasehold_v1_types_proto_init()
 	file_leasehold_v1_worker_service_proto_msgTypes[20].OneofWrappers = []any{
 		(*ConnectRequest_Hello)(nil),
