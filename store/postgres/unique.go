@@ -1,0 +1,358 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold/store"
+)
+
+// Unique jobs (migration 010).
+const (
+	// qInsertUniqueJobs is qInsertJobs for a batch with unique jobs ($14
+	// their keys, '' for none), with the QUEUED events ($15 their data):
+	// a job whose key a live job holds is not inserted (the partial
+	// unique index jobs_unique_live_idx is the arbiter; no advisory lock),
+	// nor is its event. Keys are inserted in sorted order, so that two
+	// batches never wait on each other in a cycle. It returns the ids
+	// inserted.
+	qInsertUniqueJobs = `WITH ins AS (
+		INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+			max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key)
+		SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
+			u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key,
+			nullif(u.unique_key, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
+			$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::text[])
+			AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
+			     retry_deadline, dependency, concurrency_key, unique_key)
+		ORDER BY u.tenant, u.unique_key
+		ON CONFLICT (tenant, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'leased') DO NOTHING
+		RETURNING tenant, id
+	), ev AS (
+		INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+		SELECT e.tenant, e.job_id, 1, 'queued', e.at, e.data::jsonb
+		FROM unnest($1::text[], $2::text[], $9::timestamptz[], $15::text[]) AS e(tenant, job_id, at, data)
+		JOIN ins ON ins.tenant = e.tenant AND ins.id = e.job_id
+	)
+	SELECT id FROM ins`
+
+	// qLiveUniqueHolders reads the live jobs that hold keys ($1 tenants,
+	// $2 keys), with their latest checkpoints, each with its key.
+	qLiveUniqueHolders = `SELECT ` + jobColumnsJ + `,
+		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at, j.unique_key
+	FROM unnest($1::text[], $2::text[]) AS r(tenant, key)
+	JOIN jobs j ON j.tenant = r.tenant AND j.unique_key = r.key AND j.state IN ('queued', 'leased')
+	LEFT JOIN LATERAL (
+		SELECT cp.id, cp.job_id, cp.phase, cp.state, cp.generation, cp.parent_id, cp.created_at
+		FROM job_checkpoints cp WHERE cp.tenant = j.tenant AND cp.job_id = j.id
+		ORDER BY cp.seq DESC LIMIT 1
+	) c ON true`
+
+	// qTakeUniqueKeys takes period records ($1 tenants, $2 keys, $3 new
+	// job ids, $4 expiries) in sorted order and returns the keys it took:
+	// the free ones and those expired at $5. A held record stays locked
+	// until the transaction ends.
+	qTakeUniqueKeys = `INSERT INTO unique_keys AS k (tenant, key, job_id, expires_at)
+	SELECT u.tenant, u.key, u.job_id, u.expires
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS u(tenant, key, job_id, expires)
+	ORDER BY u.tenant, u.key
+	ON CONFLICT (tenant, key) DO UPDATE SET job_id = excluded.job_id, expires_at = excluded.expires_at
+	WHERE k.expires_at <= $5
+	RETURNING k.tenant, k.key`
+
+	// qHeldUniqueKeys reads the jobs of the period records qTakeUniqueKeys
+	// did not take, by 1-based position.
+	qHeldUniqueKeys = `SELECT r.ord, k.job_id
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(tenant, key, ord)
+	JOIN unique_keys k ON k.tenant = r.tenant AND k.key = r.key`
+
+	// qRetargetUniqueKey gives a held record whose job retention removed
+	// to a new job: such a record counts as expired.
+	qRetargetUniqueKey = `UPDATE unique_keys SET job_id = $3, expires_at = $4 WHERE tenant = $1 AND key = $2`
+
+	// qReleaseUniqueKeys drops period records taken for jobs that were
+	// not created.
+	qReleaseUniqueKeys = `DELETE FROM unique_keys k
+	USING unnest($1::text[], $2::text[], $3::text[]) AS u(tenant, key, job_id)
+	WHERE k.tenant = u.tenant AND k.key = u.key AND k.job_id = u.job_id`
+
+	// qPruneUniqueKeys deletes up to $2 period records expired at $1.
+	qPruneUniqueKeys = `WITH victims AS (
+		SELECT tenant, key FROM unique_keys
+		WHERE expires_at <= coalesce($1::timestamptz, now())
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	DELETE FROM unique_keys k USING victims v WHERE k.tenant = v.tenant AND k.key = v.key`
+)
+
+// insertUnique inserts a batch with unique jobs. The period records are
+// taken first (a held one answers its job); then the jobs go in with
+// qInsertUniqueJobs, and a job whose key a live job holds answers that
+// job instead. When the holder finished between the insert and the read
+// of it, the key is free again and the job is inserted again (at most
+// store.UniqueInsertAttempts times). A request that asked to fail on a
+// duplicate fails its call. Whatever a duplicate took (a request id, a
+// period record) is given back: only created jobs are recorded.
+func (s *Store) insertUnique(ctx context.Context, tx *lazyTx, calls []createCall, inserts []*pendingCreate, dbNow time.Time,
+	h *handoff, out []createAnswer) error {
+	held := map[*pendingCreate]*store.Job{}
+	periodTaken, err := s.takePeriods(ctx, tx, calls, inserts, dbNow, held)
+	if err != nil {
+		return err
+	}
+	var todo []*pendingCreate
+	for _, pc := range inserts {
+		if held[pc] == nil {
+			todo = append(todo, pc)
+		}
+	}
+	for attempt := 1; len(todo) > 0; attempt++ {
+		inserted, err := s.insertUniqueJobs(ctx, tx, todo, h)
+		if err != nil {
+			return err
+		}
+		var conflicted []*pendingCreate
+		for _, pc := range todo {
+			if !inserted[pc.job.ID] {
+				conflicted = append(conflicted, pc)
+			}
+		}
+		if len(conflicted) == 0 {
+			break
+		}
+		if hook := s.opts.UniqueHeld; hook != nil {
+			keys := make([]string, len(conflicted))
+			for i, pc := range conflicted {
+				keys[i] = pc.uq.Key
+			}
+			hook(keys)
+		}
+		holders, err := liveHolders(ctx, tx, calls, conflicted)
+		if err != nil {
+			return err
+		}
+		todo = todo[:0]
+		for _, pc := range conflicted {
+			if j := holders[store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.uq.Key}]; j != nil {
+				held[pc] = j
+			} else {
+				todo = append(todo, pc) // the holder finished meanwhile
+			}
+		}
+		if len(todo) > 0 && attempt >= store.UniqueInsertAttempts {
+			return fmt.Errorf("%w: unique keys were taken and freed again %d times while creating", store.ErrUnavailable, attempt)
+		}
+	}
+	var undoKeys, undoPeriods []*pendingCreate
+	for _, pc := range inserts {
+		j := held[pc]
+		if j == nil {
+			continue
+		}
+		n := len(calls[pc.call].p.Requests)
+		res, err := store.DecideUniqueHeld(pc.uq, pc.idx, n, j)
+		if err != nil {
+			out[pc.call] = createAnswer{err: err}
+			continue
+		}
+		if out[pc.call].err == nil {
+			out[pc.call].results[pc.idx] = res
+		}
+		if pc.key != "" {
+			undoKeys = append(undoKeys, pc)
+		}
+		if periodTaken[pc] {
+			undoPeriods = append(undoPeriods, pc)
+		}
+	}
+	if len(undoKeys) > 0 {
+		if err := s.releaseKeys(ctx, tx, calls, undoKeys); err != nil {
+			return err
+		}
+	}
+	return releasePeriods(ctx, tx, undoPeriods)
+}
+
+// insertUniqueJobs runs qInsertUniqueJobs with the notifications and
+// returns the ids it inserted.
+func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, todo []*pendingCreate, h *handoff) (map[string]bool, error) {
+	args, data, err := insertArgs(todo)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(qInsertUniqueJobs, append(args, data)...)
+	wake := s.queueNotifications(b, todo, h)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, duplicateIDError(err)
+	}
+	inserted := make(map[string]bool, len(todo))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, duplicateIDError(err)
+	}
+	for range wake {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	return inserted, br.Close()
+}
+
+// liveHolders reads the live jobs holding the keys of pcs, keyed by
+// (tenant, key) as a QueueRef's two strings.
+func liveHolders(ctx context.Context, tx *lazyTx, calls []createCall, pcs []*pendingCreate) (map[store.QueueRef]*store.Job, error) {
+	tenants, keys := make([]string, len(pcs)), make([]string, len(pcs))
+	for i, pc := range pcs {
+		tenants[i], keys[i] = calls[pc.call].p.Tenant, pc.uq.Key
+	}
+	rows, err := tx.Query(ctx, qLiveUniqueHolders, tenants, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[store.QueueRef]*store.Job, len(pcs))
+	for rows.Next() {
+		var (
+			cp  checkpointCols
+			key string
+		)
+		rec, err := scanJob(rows, append(cp.dest(), &key)...)
+		if err != nil {
+			return nil, err
+		}
+		rec.job.Checkpoint = cp.checkpoint()
+		out[store.QueueRef{Tenant: rec.job.Tenant, Queue: key}] = rec.job
+	}
+	return out, rows.Err()
+}
+
+// takePeriods takes the period records of the requests with a period and
+// reports which it took; a request whose record another job holds gets
+// that job in held. A held record whose job retention removed is given
+// to the new job.
+func (s *Store) takePeriods(ctx context.Context, tx *lazyTx, calls []createCall, inserts []*pendingCreate, dbNow time.Time,
+	held map[*pendingCreate]*store.Job) (map[*pendingCreate]bool, error) {
+	var (
+		periodic           []*pendingCreate
+		tenants, keys, ids []string
+		expires            []time.Time
+		minNow             time.Time
+		byKey              = map[store.QueueRef]*pendingCreate{}
+	)
+	for _, pc := range inserts {
+		if pc.uq.Period <= 0 {
+			continue
+		}
+		now := cmp.Or(calls[pc.call].p.Now, dbNow)
+		if minNow.IsZero() || now.Before(minNow) {
+			minNow = now
+		}
+		periodic = append(periodic, pc)
+		tenants, keys, ids = append(tenants, pc.job.Tenant), append(keys, pc.uq.Key), append(ids, pc.job.ID)
+		expires = append(expires, now.Add(pc.uq.Period))
+		byKey[store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.uq.Key}] = pc
+	}
+	taken := map[*pendingCreate]bool{}
+	if len(periodic) == 0 {
+		return taken, nil
+	}
+	rows, err := tx.Query(ctx, qTakeUniqueKeys, tenants, keys, ids, nowArgs(expires), normTime(minNow))
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var tenant, key string
+		if err := rows.Scan(&tenant, &key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		taken[byKey[store.QueueRef{Tenant: tenant, Queue: key}]] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var heldPCs []*pendingCreate
+	for _, pc := range periodic {
+		if !taken[pc] {
+			heldPCs = append(heldPCs, pc)
+		}
+	}
+	if len(heldPCs) == 0 {
+		return taken, nil
+	}
+	tenants, keys = tenants[:0], keys[:0]
+	for _, pc := range heldPCs {
+		tenants, keys = append(tenants, pc.job.Tenant), append(keys, pc.uq.Key)
+	}
+	rows, err = tx.Query(ctx, qHeldUniqueKeys, tenants, keys)
+	if err != nil {
+		return nil, err
+	}
+	jobIDs := make([]string, len(heldPCs))
+	for rows.Next() {
+		var (
+			ord   int64
+			jobID string
+		)
+		if err := rows.Scan(&ord, &jobID); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		jobIDs[ord-1] = jobID
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	jobs, err := jobsByID(ctx, tx, tenants, jobIDs)
+	if err != nil {
+		return nil, err
+	}
+	for i, pc := range heldPCs {
+		if j := jobs[store.QueueRef{Tenant: pc.job.Tenant, Queue: jobIDs[i]}]; j != nil {
+			held[pc] = j
+			continue
+		}
+		// Its job was pruned (or the record vanished): the key is free.
+		now := cmp.Or(calls[pc.call].p.Now, dbNow)
+		if _, err := tx.Exec(ctx, qRetargetUniqueKey, pc.job.Tenant, pc.uq.Key, pc.job.ID, normTime(now.Add(pc.uq.Period))); err != nil {
+			return nil, err
+		}
+		taken[pc] = true
+	}
+	return taken, nil
+}
+
+// releasePeriods drops the period records taken for jobs that were not
+// created.
+func releasePeriods(ctx context.Context, tx *lazyTx, pcs []*pendingCreate) error {
+	if len(pcs) == 0 {
+		return nil
+	}
+	n := len(pcs)
+	tenants, keys, ids := make([]string, n), make([]string, n), make([]string, n)
+	for i, pc := range pcs {
+		tenants[i], keys[i], ids[i] = pc.job.Tenant, pc.uq.Key, pc.job.ID
+	}
+	_, err := tx.Exec(ctx, qReleaseUniqueKeys, tenants, keys, ids)
+	return err
+}
