@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,32 +15,33 @@ import (
 // Unique jobs (migration 010).
 const (
 	// qInsertUniqueJobs is qInsertJobs for a batch with unique jobs ($14
-	// their keys, '' for none), with the QUEUED events ($15 their data):
-	// a job whose key a live job holds is not inserted (the partial
-	// unique index jobs_unique_live_idx is the arbiter; no advisory lock),
-	// nor is its event. Keys are inserted in sorted order, so that two
-	// batches never wait on each other in a cycle. It returns the ids
-	// inserted.
-	qInsertUniqueJobs = `WITH ins AS (
-		INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
-			max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key)
-		SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
-			u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key,
-			nullif(u.unique_key, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
-			$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::text[])
-			AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
-			     retry_deadline, dependency, concurrency_key, unique_key)
-		ORDER BY u.tenant, u.unique_key
-		ON CONFLICT (tenant, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'leased') DO NOTHING
-		RETURNING tenant, id
-	), ev AS (
-		INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-		SELECT e.tenant, e.job_id, 1, 'queued', e.at, e.data::jsonb
-		FROM unnest($1::text[], $2::text[], $9::timestamptz[], $15::text[]) AS e(tenant, job_id, at, data)
-		JOIN ins ON ins.tenant = e.tenant AND ins.id = e.job_id
-	)
-	SELECT id FROM ins`
+	// their keys, '' for none): a job whose key a live job holds is not
+	// inserted (the partial unique index jobs_unique_live_idx is the
+	// arbiter; no advisory lock). The caller passes the rows sorted by
+	// key, so that two batches never wait on each other in a cycle, and
+	// reads which were inserted (qInsertedJobs) only when fewer rows than
+	// it sent were: a batch of fresh keys reads nothing back.
+	qInsertUniqueJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key)
+	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
+		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key,
+		nullif(u.unique_key, '')
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
+		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::text[])
+		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
+		     retry_deadline, dependency, concurrency_key, unique_key)
+	ON CONFLICT (tenant, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'leased') DO NOTHING`
+
+	// qInsertedJobs reads which of the ids ($1 tenants, $2 ids) exist.
+	qInsertedJobs = `SELECT j.id FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+	JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id`
+
+	// qDropQueuedEvents removes the QUEUED events written, in the same
+	// statement batch as qInsertUniqueJobs, for jobs it did not insert.
+	// (Writing them for every row and dropping the few of duplicates
+	// costs less than joining the events with the inserted rows.)
+	qDropQueuedEvents = `DELETE FROM job_events e USING unnest($1::text[], $2::text[]) AS u(tenant, job_id)
+	WHERE e.tenant = u.tenant AND e.job_id = u.job_id AND e.seq = 1`
 
 	// qLiveUniqueHolders reads the live jobs that hold keys ($1 tenants,
 	// $2 keys), with their latest checkpoints, each with its key.
@@ -179,23 +181,57 @@ func (s *Store) insertUnique(ctx context.Context, tx *lazyTx, calls []createCall
 	return releasePeriods(ctx, tx, undoPeriods)
 }
 
-// insertUniqueJobs runs qInsertUniqueJobs with the notifications and
+// insertUniqueJobs runs qInsertUniqueJobs with the QUEUED events and the
+// notifications, drops the events of the jobs it did not insert, and
 // returns the ids it inserted.
 func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, todo []*pendingCreate, h *handoff) (map[string]bool, error) {
+	todo = slices.SortedStableFunc(slices.Values(todo), func(a, b *pendingCreate) int {
+		return cmp.Or(cmp.Compare(a.job.Tenant, b.job.Tenant), cmp.Compare(a.uq.Key, b.uq.Key))
+	})
 	args, data, err := insertArgs(todo)
 	if err != nil {
 		return nil, err
 	}
 	b := &pgx.Batch{}
-	b.Queue(qInsertUniqueJobs, append(args, data)...)
+	b.Queue(qInsertUniqueJobs, args...)
+	b.Queue(qInsertQueuedEvents, args[0], args[1], args[8], data)
 	wake := s.queueNotifications(b, todo, h)
 	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	rows, err := br.Query()
+	tag, err := br.Exec()
 	if err != nil {
+		_ = br.Close()
 		return nil, duplicateIDError(err)
 	}
+	for range 1 + wake {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
 	inserted := make(map[string]bool, len(todo))
+	if tag.RowsAffected() == int64(len(todo)) {
+		for _, pc := range todo {
+			inserted[pc.job.ID] = true
+		}
+		return inserted, nil
+	}
+	return s.dropUninserted(ctx, tx, todo, inserted)
+}
+
+// dropUninserted reads which jobs of todo were inserted (into inserted)
+// and drops the QUEUED events of the others.
+func (s *Store) dropUninserted(ctx context.Context, tx *lazyTx, todo []*pendingCreate, inserted map[string]bool) (map[string]bool, error) {
+	tenants, ids := make([]string, len(todo)), make([]string, len(todo))
+	for i, pc := range todo {
+		tenants[i], ids[i] = pc.job.Tenant, pc.job.ID
+	}
+	rows, err := tx.Query(ctx, qInsertedJobs, tenants, ids)
+	if err != nil {
+		return nil, err
+	}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -206,14 +242,18 @@ func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, todo []*pendin
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, duplicateIDError(err)
+		return nil, err
 	}
-	for range wake {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
+	var dropTenants, dropIDs []string
+	for _, pc := range todo {
+		if !inserted[pc.job.ID] {
+			dropTenants, dropIDs = append(dropTenants, pc.job.Tenant), append(dropIDs, pc.job.ID)
 		}
 	}
-	return inserted, br.Close()
+	if _, err := tx.Exec(ctx, qDropQueuedEvents, dropTenants, dropIDs); err != nil {
+		return nil, err
+	}
+	return inserted, nil
 }
 
 // liveHolders reads the live jobs holding the keys of pcs, keyed by
