@@ -164,6 +164,12 @@ const (
 	AuditBreakerForcedOpen     AuditAction = "breaker_forced_open"
 	AuditBreakerPolicyUpdated  AuditAction = "breaker_policy_updated"
 	AuditWorkerBindingReleased AuditAction = "worker_binding_released"
+	AuditScheduleCreated       AuditAction = "schedule_created"
+	AuditScheduleUpdated       AuditAction = "schedule_updated"
+	AuditScheduleDeleted       AuditAction = "schedule_deleted"
+	AuditSchedulePaused        AuditAction = "schedule_paused"
+	AuditScheduleResumed       AuditAction = "schedule_resumed"
+	AuditScheduleTriggered     AuditAction = "schedule_triggered"
 )
 
 // AuditEvent is one recorded operator action.
