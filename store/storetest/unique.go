@@ -25,6 +25,7 @@ func uniqueTests() group {
 		{"a duplicate takes no request id", testUniqueDuplicateTakesNoRequestID},
 		{"concurrent creates with one key from two stores make exactly one job", testUniqueConcurrent},
 		{"retention removes expired period records", testUniquePrune},
+		{"a period record whose job retention removed no longer holds the key", testUniquePrunedHolder},
 	}}
 }
 
@@ -349,4 +350,19 @@ func testUniquePrune(t *testing.T, h Harness) {
 	}
 	// The live job still holds the key without its record.
 	wantDuplicateOf(t, e.mustUnique(tenantA, spec("default"), u, at(3*time.Hour)), first.Job, "a create after the record was pruned")
+}
+
+func testUniquePrunedHolder(t *testing.T, h Harness) {
+	e := setup(t, h)
+	u := store.UniqueOptions{Key: "pruned", Period: 24 * time.Hour}
+	first := e.mustUnique(tenantA, spec("default"), u, base)
+	c := e.mustClaim(tenantA, workerA, "default", first.Job.ID, at(time.Second))
+	e.complete(tenantA, c.Token, at(2*time.Second))
+	res, err := e.s.Prune(e.ctx, store.PruneParams{FinishedBefore: at(time.Minute), Now: at(time.Hour)})
+	if err != nil || res.Jobs != 1 || res.UniqueKeys != 0 {
+		t.Fatalf("prune: %+v, %v; want the job pruned and its unexpired record kept", res, err)
+	}
+	second := e.mustUnique(tenantA, spec("default"), u, at(2*time.Hour))
+	wantFresh(t, second, "a create within the period after the holder was pruned")
+	wantDuplicateOf(t, e.mustUnique(tenantA, spec("default"), u, at(3*time.Hour)), second.Job, "the next create within the new period")
 }
