@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,4 +110,42 @@ func TestUniqueCreatesFromManyConnections(t *testing.T) {
 	if err != nil || len(page.Jobs) != 1 {
 		t.Fatalf("list: %v, %d jobs, want 1", err, len(page.Jobs))
 	}
+}
+
+// TestUniqueCreateWithHandoff: a unique create that hands its job to a
+// waiting worker leases the new job; a second create with the key (the
+// job is now leased, so live) answers it as a duplicate and leases
+// nothing; a refused (FAIL) create with a handoff leaves nothing.
+func TestUniqueCreateWithHandoff(t *testing.T) {
+	t.Parallel()
+	s := open(t, migrated(t), store.EngineOptions{})
+	req := func(fail bool) []store.CreateRequest {
+		u := &store.UniqueOptions{Key: "handed"}
+		if fail {
+			u.OnConflict = store.UniqueFail
+		}
+		return []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k"}, Unique: u}}
+	}
+	res, leased, err := s.CreateJobsHandoff(t.Context(), store.CreateJobsParams{Tenant: "t", Requests: req(false)}, handoffClaim("q", "w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leased) != 1 || leased[0].Job.ID != res[0].Job.ID || res[0].Duplicate {
+		t.Fatalf("leased %d jobs (duplicate %v), want the new job leased", len(leased), res[0].Duplicate)
+	}
+	again, leased2, err := s.CreateJobsHandoff(t.Context(), store.CreateJobsParams{Tenant: "t", Requests: req(false)}, handoffClaim("q", "w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again[0].Duplicate || again[0].Job.ID != res[0].Job.ID || len(leased2) != 0 {
+		t.Fatalf("second create: duplicate %v of %s, leased %d; want the leased job as a duplicate and no lease", again[0].Duplicate, again[0].Job.ID, len(leased2))
+	}
+	if _, _, err := s.CreateJobsHandoff(t.Context(), store.CreateJobsParams{Tenant: "t", Requests: req(true)}, handoffClaim("q", "w3")); !errors.Is(err, store.ErrUniqueConflict) {
+		t.Fatalf("a FAIL duplicate with a handoff: %v, want ErrUniqueConflict", err)
+	}
+	page, err := s.ListJobs(t.Context(), store.ListJobsParams{Tenant: "t", Limit: 10})
+	if err != nil || len(page.Jobs) != 1 {
+		t.Fatalf("jobs: %d (%v), want 1", len(page.Jobs), err)
+	}
+	wantTypes(t, eventTypes(t, s, "t", res[0].Job.ID), store.EventQueued, store.EventLeased)
 }
