@@ -185,9 +185,11 @@ func (r *runner) idleWindow(ctx context.Context, pid int, streams *idleStreams) 
 	streams.close()
 	w.elapsed = end.Sub(begin)
 	if r.monitor != nil {
-		if w.commits, err = r.monitor.EndWindow(ctx, r.appName); err != nil {
+		win, err := r.monitor.EndWindow(ctx, r.appName)
+		if err != nil {
 			return w, err
 		}
+		w.commits = win.Commits
 	}
 	return w, nil
 }

@@ -270,11 +270,11 @@ func (r *runner) finish(ctx context.Context, run *measure.Run) error {
 		return err
 	}
 	if r.monitor != nil {
-		commits, err := r.monitor.EndWindow(ctx, r.appName)
+		w, err := r.monitor.EndWindow(ctx, r.appName)
 		if err != nil {
 			return err
 		}
-		run.Commits, run.CommitsKnown = commits, true
+		run.Window, run.CommitsKnown = w, true
 	}
 	rows, err := r.table.rows(ctx)
 	if err != nil {

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,6 +125,14 @@ func mainWorker(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	o.addr, o.id = *addr, *id
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if dir := os.Getenv(envCPUProfile); dir != "" {
+		stop, err := startCPUProfile(filepath.Join(dir, "worker-"+o.id+".pprof"))
+		if err != nil {
+			fmt.Fprintf(stderr, "leasehold bench worker %s: %v\n", o.id, err)
+			return exitFail
+		}
+		defer stop()
+	}
 	if err := runWorker(ctx, o, log, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "leasehold bench worker %s: %v\n", o.id, err)
 		return exitFail
@@ -272,4 +283,24 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 		}
 	}
 	return nil
+}
+
+// envCPUProfile names a directory: each worker process writes its CPU
+// profile there as worker-ID.pprof (the coordinator's comes from
+// LEASEHOLD_PPROF and /debug/pprof/profile).
+const envCPUProfile = "LEASEHOLD_BENCH_CPUPROFILE"
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path) //nolint:gosec // the developer names the directory; the worker id is the bench's own
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

@@ -210,9 +210,10 @@ func waitFor(ch <-chan struct{}, timeout time.Duration) bool {
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		// LEASEHOLD_PPROF alone passes, so that a run can be profiled
-		// (it changes nothing else).
-		if strings.HasPrefix(kv, "LEASEHOLD_PPROF=") || !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "OTEL_") {
+		// LEASEHOLD_PPROF and the workers' profile directory pass, so
+		// that a run can be profiled (they change nothing else).
+		profiling := strings.HasPrefix(kv, "LEASEHOLD_PPROF=") || strings.HasPrefix(kv, envCPUProfile+"=")
+		if profiling || !strings.HasPrefix(kv, "LEASEHOLD_") && !strings.HasPrefix(kv, "OTEL_") {
 			env = append(env, kv)
 		}
 	}

@@ -139,6 +139,9 @@ const (
 	AddressStreamOpenBurstDefault    = 10_000
 	// TrustedProxiesMax bounds TrustedProxies.
 	TrustedProxiesMax = 64
+	// AuthFailureAuditIntervalDefault is the shortest time between two
+	// audit events summarising refused authentications.
+	AuthFailureAuditIntervalDefault = time.Minute
 	// MaxInFlightReadsDefault and MaxInFlightWritesDefault bound the unary
 	// calls doing store work at once, per lane (reads: Get*/List*; writes:
 	// everything else but Claim). Above the store's connection pool and
@@ -366,6 +369,12 @@ type Config struct {
 	// summary line with counts (when there were any). Default
 	// OverloadLogIntervalDefault (10s); negative disables.
 	OverloadLogInterval time.Duration
+	// AuthFailureAuditInterval is the shortest time between two
+	// AUTHENTICATION_FAILURES audit events of this coordinator (one when
+	// there were failures: a store write per interval, never per
+	// failure). Default AuthFailureAuditIntervalDefault (1m); negative
+	// disables.
+	AuthFailureAuditInterval time.Duration
 	// ActivityLogInterval is how often the coordinator logs its activity
 	// counters (jobs created, leases granted, outcomes) at Info, when they
 	// changed. Default ActivityLogIntervalDefault (10s); negative disables.
@@ -454,6 +463,7 @@ func (c Config) WithDefaults() Config {
 	c.HealthWatchersPerConnectionMax = cmp.Or(c.HealthWatchersPerConnectionMax, HealthWatchersPerConnectionMaxDefault)
 	c.HealthWatchersMax = cmp.Or(c.HealthWatchersMax, HealthWatchersMaxDefault)
 	c.OverloadLogInterval = cmp.Or(c.OverloadLogInterval, OverloadLogIntervalDefault)
+	c.AuthFailureAuditInterval = cmp.Or(c.AuthFailureAuditInterval, AuthFailureAuditIntervalDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	c.MaxHeaderListBytes = cmp.Or(c.MaxHeaderListBytes, MaxHeaderListBytesDefault)
 	c.MaxConnectionAgeGrace = cmp.Or(c.MaxConnectionAgeGrace, MaxConnectionAgeGraceDefault)

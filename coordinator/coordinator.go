@@ -136,8 +136,14 @@ func New(cfg Config) (*Coordinator, error) {
 	})
 	c.auth = &authenticator{
 		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
-		failures: &authFailures{interval: cfg.OverloadLogInterval, log: cfg.Logger, trusted: cfg.TrustedProxies},
-		dir:      newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+		failures: &authFailures{
+			interval: cfg.OverloadLogInterval, log: cfg.Logger, trusted: cfg.TrustedProxies,
+			auditEvery: cfg.AuthFailureAuditInterval,
+		},
+		dir: newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
+	}
+	c.auth.failures.audit = func(ctx context.Context, data map[string]any) {
+		c.auditCoordinator(ctx, store.AuditAuthenticationFailures, "authentication", data)
 	}
 	c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)

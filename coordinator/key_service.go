@@ -69,24 +69,25 @@ func ToPrincipal(p *store.Principal) *leaseholdv1.Principal {
 }
 
 var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
-	store.AuditQueuePolicyUpdated:    leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_POLICY_UPDATED,
-	store.AuditQueuePaused:           leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_PAUSED,
-	store.AuditQueueResumed:          leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_RESUMED,
-	store.AuditJobCancelled:          leaseholdv1.AuditAction_AUDIT_ACTION_JOB_CANCELLED,
-	store.AuditDeadJobReplayed:       leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_REPLAYED,
-	store.AuditDeadJobAbandoned:      leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_ABANDONED,
-	store.AuditAPIKeyCreated:         leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_CREATED,
-	store.AuditAPIKeyRevoked:         leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_REVOKED,
-	store.AuditBreakerReset:          leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_RESET,
-	store.AuditBreakerForcedOpen:     leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_FORCED_OPEN,
-	store.AuditBreakerPolicyUpdated:  leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED,
-	store.AuditWorkerBindingReleased: leaseholdv1.AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED,
-	store.AuditScheduleCreated:       leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_CREATED,
-	store.AuditScheduleUpdated:       leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_UPDATED,
-	store.AuditScheduleDeleted:       leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_DELETED,
-	store.AuditSchedulePaused:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED,
-	store.AuditScheduleResumed:       leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED,
-	store.AuditScheduleTriggered:     leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED,
+	store.AuditQueuePolicyUpdated:     leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_POLICY_UPDATED,
+	store.AuditQueuePaused:            leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_PAUSED,
+	store.AuditQueueResumed:           leaseholdv1.AuditAction_AUDIT_ACTION_QUEUE_RESUMED,
+	store.AuditJobCancelled:           leaseholdv1.AuditAction_AUDIT_ACTION_JOB_CANCELLED,
+	store.AuditDeadJobReplayed:        leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_REPLAYED,
+	store.AuditDeadJobAbandoned:       leaseholdv1.AuditAction_AUDIT_ACTION_DEAD_JOB_ABANDONED,
+	store.AuditAPIKeyCreated:          leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_CREATED,
+	store.AuditAPIKeyRevoked:          leaseholdv1.AuditAction_AUDIT_ACTION_API_KEY_REVOKED,
+	store.AuditBreakerReset:           leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_RESET,
+	store.AuditBreakerForcedOpen:      leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_FORCED_OPEN,
+	store.AuditBreakerPolicyUpdated:   leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED,
+	store.AuditWorkerBindingReleased:  leaseholdv1.AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED,
+	store.AuditAuthenticationFailures: leaseholdv1.AuditAction_AUDIT_ACTION_AUTHENTICATION_FAILURES,
+	store.AuditScheduleCreated:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_CREATED,
+	store.AuditScheduleUpdated:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_UPDATED,
+	store.AuditScheduleDeleted:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_DELETED,
+	store.AuditSchedulePaused:         leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED,
+	store.AuditScheduleResumed:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED,
+	store.AuditScheduleTriggered:      leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED,
 }
 
 func toAuditEvent(e store.AuditEvent) *leaseholdv1.AuditEvent {
@@ -120,6 +121,25 @@ func (c *Coordinator) audit(ctx context.Context, action store.AuditAction, targe
 	}); err != nil {
 		c.log.ErrorContext(ctx, "audit event not recorded", slog.String("action", string(action)),
 			slog.String("target", target), slog.String("actor", cl.identity), slog.String("error", err.Error()))
+	}
+}
+
+// auditCoordinator records what the coordinator itself observed (no
+// caller made it): in the audit log of its tenant (Config.Tenant), with
+// the actor "coordinator:" and its id.
+func (c *Coordinator) auditCoordinator(ctx context.Context, action store.AuditAction, target string, data map[string]any) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		raw = []byte("{}")
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)
+	defer cancel()
+	if _, err := c.store.AppendAudit(actx, store.AppendAuditParams{
+		Tenant: c.cfg.Tenant, Actor: "coordinator:" + c.cfg.ID, ActorName: "coordinator", Action: action, Target: target,
+		Data: string(raw), Now: c.now(),
+	}); err != nil {
+		c.log.ErrorContext(ctx, "audit event not recorded", slog.String("action", string(action)),
+			slog.String("target", target), slog.String("error", err.Error()))
 	}
 }
 

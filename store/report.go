@@ -203,138 +203,202 @@ type Renewal struct {
 // An error from tx fails the whole batch: nothing may be acknowledged that
 // was not committed, so the caller answers every report with it.
 func ApplyReports(ctx context.Context, tx ReportTx, reports []Report, rnd func() float64) ([]ReportResult, error) {
-	refs := make([]LeaseRef, len(reports))
-	for i, r := range reports {
-		refs[i] = LeaseRef{Tenant: r.Tenant, Token: r.Token, Now: r.Now}
+	b := &reportBatch{
+		reports: reports, rnd: rnd,
+		out:      make([]ReportResult, len(reports)),
+		changed:  map[BreakerKey]*BreakerChange{},
+		current:  map[jobKey]Held{},
+		finished: map[jobKey]endedLease{},
+		woken:    map[QueueRef]bool{},
+		renewals: map[jobKey]Renewal{},
 	}
-	held, err := tx.LockLeases(ctx, refs)
-	if err != nil {
+	if err := b.lock(ctx, tx); err != nil {
 		return nil, err
 	}
-	policies, err := tx.QueuePolicies(ctx, policiesNeeded(reports, held))
-	if err != nil {
+	for i, r := range reports {
+		if err := b.decide(i, r); err != nil {
+			return nil, err
+		}
+	}
+	b.collect()
+	if err := b.answerUnheld(ctx, tx); err != nil {
 		return nil, err
 	}
-	var breakers map[BreakerKey]Breaker
-	if keys := breakersNeeded(reports, held); len(keys) > 0 {
-		if breakers, err = tx.LockBreakers(ctx, keys); err != nil {
+	c := b.changes
+	if len(c.Leaves) > 0 || len(c.Renewals) > 0 || len(c.Breakers) > 0 {
+		if err := tx.Apply(ctx, c); err != nil {
 			return nil, err
 		}
 	}
-	changed := map[BreakerKey]*BreakerChange{}
+	return b.out, nil
+}
 
-	type jobKey struct{ tenant, id string }
-	type ended struct {
-		report Report
-		job    *Job
-		t      Transition
-	}
-	var (
-		out      = make([]ReportResult, len(reports))
-		changes  Changes
-		current  = map[jobKey]Held{}  // leases still held in this batch
-		finished = map[jobKey]ended{} // leases this batch ended
-		unheld   []int
-		woken    = map[QueueRef]bool{}
-		// renewals holds one renewal per job, the batch's last: a job
-		// renewed twice is written once, and one that a later report
-		// ends is not renewed at all.
-		renewals = map[jobKey]Renewal{}
-		renewOrd []jobKey
-	)
-	for i, r := range reports {
-		key := jobKey{r.Tenant, r.Token.JobID}
-		h, locked := held[i]
-		if locked {
-			if prev, ok := current[key]; ok {
-				h = prev // an earlier report of the batch renewed it
-			} else if _, gone := finished[key]; gone {
-				locked = false // an earlier report of the batch ended it
-			}
-		}
-		if !locked {
-			if e, ok := finished[key]; ok {
-				out[i] = answerEnded(r, e.report, e.job)
-			} else {
-				unheld = append(unheld, i)
-			}
-			continue
-		}
-		if r.Kind == ReportRenew {
-			d := policies[QueueRef{r.Tenant, h.Job.Queue}].LeaseFor(r.LeaseDuration)
-			expires := h.Now.Add(d).UTC().Truncate(time.Microsecond)
-			h.Job.LeaseExpiresAt = expires
-			current[key] = h
-			if _, ok := renewals[key]; !ok {
-				renewOrd = append(renewOrd, key)
-			}
-			renewals[key] = Renewal{Tenant: r.Tenant, Token: r.Token, ExpiresAt: expires, Now: h.Now}
-			status := RenewRenewed
-			if h.Job.CancelRequested {
-				// Still extended: the holder needs time to acknowledge.
-				status = RenewCancelRequested
-			}
-			out[i] = ReportResult{Renew: RenewResult{Token: r.Token, Status: status, ExpiresAt: expires}}
-			continue
-		}
-		var t Transition
-		switch r.Kind {
-		case ReportComplete:
-			t = DecideComplete(h, r.Token, r.Result)
-		case ReportRetry:
-			policy := policies[QueueRef{r.Tenant, h.Job.Queue}]
-			t = DecideFailure(policy.Retry, creditHeld(h, breakers), r.Token, r.Error, r.RetryAfter, rnd())
-		case ReportCancel:
-			t = DecideCancelByHolder(r.Token, r.Reason)
-		case ReportRelease:
-			t = DecideRelease(h, r.Token)
-		default:
-			return nil, fmt.Errorf("report %d: unknown kind %v", i, r.Kind)
-		}
-		closed := foldOutcome(breakers, changed, h, r)
-		job := t.Apply(h.Job, h.Now)
-		delete(current, key)
-		delete(renewals, key)
-		finished[key] = ended{report: r, job: job, t: t}
-		changes.Leaves = append(changes.Leaves, leaveOf(h, r.Token, t, false))
-		// A probe that closes its breaker frees the jobs it held; the
-		// probe's queue is where they most likely wait, so wake it rather
-		// than leave them to the next poll.
-		if q := (QueueRef{r.Tenant, h.Job.Queue}); (t.Requeued() || closed) && !woken[q] {
-			woken[q] = true
-			changes.Wake = append(changes.Wake, q)
-		}
-		out[i] = ReportResult{Job: job}
-	}
+// jobKey names a job within a batch.
+type jobKey struct{ tenant, id string }
 
-	for _, k := range slices.SortedFunc(maps.Keys(changed), compareBreakerKeys) {
-		changes.Breakers = append(changes.Breakers, *changed[k])
+// endedLease is a lease a report of the batch ended, and how.
+type endedLease struct {
+	report Report
+	job    *Job
+	t      Transition
+}
+
+// reportBatch is one ApplyReports: what it locked, what each report
+// decided, and the changes to write.
+type reportBatch struct {
+	reports  []Report
+	rnd      func() float64
+	refs     []LeaseRef
+	held     map[int]Held
+	policies map[QueueRef]QueuePolicy
+	breakers map[BreakerKey]Breaker
+	changed  map[BreakerKey]*BreakerChange
+
+	out      []ReportResult
+	changes  Changes
+	current  map[jobKey]Held       // leases still held in this batch
+	finished map[jobKey]endedLease // leases this batch ended
+	unheld   []int
+	woken    map[QueueRef]bool
+	// renewals holds one renewal per job, the batch's last: a job renewed
+	// twice is written once, and one that a later report ends is not
+	// renewed at all.
+	renewals map[jobKey]Renewal
+	renewOrd []jobKey
+}
+
+// lock locks every lease the reports name, and reads the policies and
+// breakers their decisions need.
+func (b *reportBatch) lock(ctx context.Context, tx ReportTx) error {
+	b.refs = make([]LeaseRef, len(b.reports))
+	for i, r := range b.reports {
+		b.refs[i] = LeaseRef{Tenant: r.Tenant, Token: r.Token, Now: r.Now}
 	}
-	for _, key := range renewOrd {
-		if rn, ok := renewals[key]; ok {
-			changes.Renewals = append(changes.Renewals, rn)
+	var err error
+	if b.held, err = tx.LockLeases(ctx, b.refs); err != nil {
+		return err
+	}
+	if b.policies, err = tx.QueuePolicies(ctx, policiesNeeded(b.reports, b.held)); err != nil {
+		return err
+	}
+	if keys := breakersNeeded(b.reports, b.held); len(keys) > 0 {
+		if b.breakers, err = tx.LockBreakers(ctx, keys); err != nil {
+			return err
 		}
 	}
-	if len(unheld) > 0 {
-		irefs := make([]LeaseRef, len(unheld))
-		for k, i := range unheld {
-			irefs[k] = refs[i]
-		}
-		found, err := tx.Inspect(ctx, irefs)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range unheld {
-			got := found[k]
-			out[i] = AnswerUnheld(reports[i], got.Job, got.Attempt)
-		}
-	}
-	if len(changes.Leaves) > 0 || len(changes.Renewals) > 0 || len(changes.Breakers) > 0 {
-		if err := tx.Apply(ctx, changes); err != nil {
-			return nil, err
+	return nil
+}
+
+// decide answers report i against its lease as the batch has left it so
+// far.
+func (b *reportBatch) decide(i int, r Report) error {
+	key := jobKey{r.Tenant, r.Token.JobID}
+	h, locked := b.held[i]
+	if locked {
+		if prev, ok := b.current[key]; ok {
+			h = prev // an earlier report of the batch renewed it
+		} else if _, gone := b.finished[key]; gone {
+			locked = false // an earlier report of the batch ended it
 		}
 	}
-	return out, nil
+	if !locked {
+		if e, ok := b.finished[key]; ok {
+			b.out[i] = answerEnded(r, e.report, e.job)
+		} else {
+			b.unheld = append(b.unheld, i)
+		}
+		return nil
+	}
+	if r.Kind == ReportRenew {
+		b.renew(i, r, key, h)
+		return nil
+	}
+	var t Transition
+	switch r.Kind {
+	case ReportComplete:
+		t = DecideComplete(h, r.Token, r.Result)
+	case ReportRetry:
+		policy := b.policies[QueueRef{r.Tenant, h.Job.Queue}]
+		t = DecideFailure(policy.Retry, creditHeld(h, b.breakers), r.Token, r.Error, r.RetryAfter, b.rnd())
+	case ReportCancel:
+		t = DecideCancelByHolder(r.Token, r.Reason)
+	case ReportRelease:
+		t = DecideRelease(h, r.Token)
+	default:
+		return fmt.Errorf("report %d: unknown kind %v", i, r.Kind)
+	}
+	b.end(i, r, key, h, t)
+	return nil
+}
+
+// renew extends the lease h (the batch writes each job's last renewal).
+func (b *reportBatch) renew(i int, r Report, key jobKey, h Held) {
+	d := b.policies[QueueRef{r.Tenant, h.Job.Queue}].LeaseFor(r.LeaseDuration)
+	expires := h.Now.Add(d).UTC().Truncate(time.Microsecond)
+	h.Job.LeaseExpiresAt = expires
+	b.current[key] = h
+	if _, ok := b.renewals[key]; !ok {
+		b.renewOrd = append(b.renewOrd, key)
+	}
+	b.renewals[key] = Renewal{Tenant: r.Tenant, Token: r.Token, ExpiresAt: expires, Now: h.Now}
+	status := RenewRenewed
+	if h.Job.CancelRequested {
+		// Still extended: the holder needs time to acknowledge.
+		status = RenewCancelRequested
+	}
+	b.out[i] = ReportResult{Renew: RenewResult{Token: r.Token, Status: status, ExpiresAt: expires}}
+}
+
+// end ends the lease h with t.
+func (b *reportBatch) end(i int, r Report, key jobKey, h Held, t Transition) {
+	closed := foldOutcome(b.breakers, b.changed, h, r)
+	job := t.Apply(h.Job, h.Now)
+	delete(b.current, key)
+	delete(b.renewals, key)
+	b.finished[key] = endedLease{report: r, job: job, t: t}
+	b.changes.Leaves = append(b.changes.Leaves, leaveOf(h, r.Token, t, false))
+	// A probe that closes its breaker frees the jobs it held; the probe's
+	// queue is where they most likely wait, so wake it rather than leave
+	// them to the next poll.
+	if q := (QueueRef{r.Tenant, h.Job.Queue}); (t.Requeued() || closed) && !b.woken[q] {
+		b.woken[q] = true
+		b.changes.Wake = append(b.changes.Wake, q)
+	}
+	b.out[i] = ReportResult{Job: job}
+}
+
+// collect adds the breaker changes and the last renewal of each job to the
+// changes, in a stable order.
+func (b *reportBatch) collect() {
+	for _, k := range slices.SortedFunc(maps.Keys(b.changed), compareBreakerKeys) {
+		b.changes.Breakers = append(b.changes.Breakers, *b.changed[k])
+	}
+	for _, key := range b.renewOrd {
+		if rn, ok := b.renewals[key]; ok {
+			b.changes.Renewals = append(b.changes.Renewals, rn)
+		}
+	}
+}
+
+// answerUnheld answers the reports whose lease the batch did not hold,
+// from what the store says of each job and attempt.
+func (b *reportBatch) answerUnheld(ctx context.Context, tx ReportTx) error {
+	if len(b.unheld) == 0 {
+		return nil
+	}
+	irefs := make([]LeaseRef, len(b.unheld))
+	for k, i := range b.unheld {
+		irefs[k] = b.refs[i]
+	}
+	found, err := tx.Inspect(ctx, irefs)
+	if err != nil {
+		return err
+	}
+	for k, i := range b.unheld {
+		got := found[k]
+		b.out[i] = AnswerUnheld(b.reports[i], got.Job, got.Attempt)
+	}
+	return nil
 }
 
 // leaveOf is the Leave that applies t to the job h holds for tok.

@@ -55,6 +55,40 @@ type Monitor struct {
 	// At BeginWindow: xact_commit, and own at the moment it was current.
 	beginCommits, beginOwn int64
 	began                  bool
+	// postmaster is PostgreSQL's main process, the parent of this
+	// connection's backend.
+	postmaster int
+	// At BeginWindow: the WAL position and the CPU clocks (cpuErr says
+	// why those are unknown).
+	beginWAL      string
+	beginInserted int64
+	beginCPU      cpuReading
+	cpuErr        error
+}
+
+// qRowsInserted sums the rows ever inserted into the schema's tables.
+const qRowsInserted = `SELECT coalesce(sum(n_tup_ins), 0)::bigint FROM pg_stat_user_tables
+	WHERE schemaname = current_schema()`
+
+// Window is what the system did between BeginWindow and EndWindow.
+type Window struct {
+	// Commits are the transactions it committed.
+	Commits int64
+	// WALBytes is the write-ahead log written meanwhile, by anyone.
+	WALBytes int64
+	// RowsInserted are the rows inserted into the tables of the schema.
+	// Backends report them when they flush their statistics, up to 10 s
+	// late once idle, so rows inserted just before BeginWindow may count:
+	// only a window that includes the creates measures rows per job.
+	RowsInserted int64
+	// CPU spent meanwhile; CPUKnown is false when it could not be read
+	// (not Linux, or PostgreSQL on another machine), and CPUNote says why.
+	CPUKnown bool
+	CPUNote  string
+	// Machine is every core's busy time, whoever spent it; Postgres is
+	// PostgreSQL's processes'; System is the system under test's and its
+	// driver's (the processes of this bench run).
+	Machine, Postgres, System time.Duration
 }
 
 // OpenMonitor connects to url (its search_path, if any, applies).
@@ -69,7 +103,16 @@ func OpenMonitor(ctx context.Context, url string) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("monitor: connect to PostgreSQL: %w", err)
 	}
-	return &Monitor{conn: conn}, nil
+	m := &Monitor{conn: conn}
+	var backend int
+	if err := m.QueryRow(ctx, []any{&backend}, `SELECT pg_backend_pid()`); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("monitor: pg_backend_pid: %w", err)
+	}
+	if s, err := readProcStat(fmt.Sprintf("/proc/%d/stat", backend)); err == nil {
+		m.postmaster = s.ppid
+	}
+	return m, nil
 }
 
 // Close closes the connection.
@@ -127,26 +170,62 @@ func (m *Monitor) BeginWindow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := m.QueryRow(ctx, []any{&m.beginWAL}, `SELECT pg_current_wal_lsn()::text`); err != nil {
+		return fmt.Errorf("monitor: pg_current_wal_lsn: %w", err)
+	}
+	if err := m.QueryRow(ctx, []any{&m.beginInserted}, qRowsInserted); err != nil {
+		return fmt.Errorf("monitor: read pg_stat_user_tables: %w", err)
+	}
+	m.beginCPU, m.cpuErr = m.readCPU()
 	m.beginCommits, m.beginOwn, m.began = c, own, true
 	return nil
 }
 
+func (m *Monitor) readCPU() (cpuReading, error) {
+	if m.postmaster == 0 {
+		return cpuReading{}, errors.New("PostgreSQL's backend is not a process of this machine")
+	}
+	return readCPU(m.postmaster)
+}
+
 // EndWindow waits until no backend with application_name appName is left
 // in this database (the system under test has closed every connection),
-// then returns the commits made since BeginWindow, this connection's own
-// subtracted.
-func (m *Monitor) EndWindow(ctx context.Context, appName string) (int64, error) {
+// then returns what happened since BeginWindow: the commits, this
+// connection's own subtracted; the WAL written; the CPU spent.
+func (m *Monitor) EndWindow(ctx context.Context, appName string) (Window, error) {
+	var w Window
 	if !m.began {
-		return 0, errors.New("monitor: EndWindow without BeginWindow")
+		return w, errors.New("monitor: EndWindow without BeginWindow")
 	}
 	if err := m.waitDisconnected(ctx, appName); err != nil {
-		return 0, err
+		return w, err
 	}
+	cpu, cpuErr := m.readCPU()
 	c, own, err := m.commitsNow(ctx)
 	if err != nil {
-		return 0, err
+		return w, err
 	}
-	return c - m.beginCommits - (own - m.beginOwn), nil
+	w.Commits = c - m.beginCommits - (own - m.beginOwn)
+	if err := m.QueryRow(ctx, []any{&w.WALBytes},
+		`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, m.beginWAL); err != nil {
+		return w, fmt.Errorf("monitor: pg_wal_lsn_diff: %w", err)
+	}
+	if err := m.QueryRow(ctx, []any{&w.RowsInserted}, qRowsInserted); err != nil {
+		return w, fmt.Errorf("monitor: read pg_stat_user_tables: %w", err)
+	}
+	w.RowsInserted -= m.beginInserted
+	switch {
+	case m.cpuErr != nil:
+		w.CPUNote = m.cpuErr.Error()
+	case cpuErr != nil:
+		w.CPUNote = cpuErr.Error()
+	default:
+		w.CPUKnown = true
+		w.Machine = cpu.machine - m.beginCPU.machine
+		w.Postgres = cpu.postgres - m.beginCPU.postgres
+		w.System = cpu.system - m.beginCPU.system
+	}
+	return w, nil
 }
 
 func (m *Monitor) waitDisconnected(ctx context.Context, appName string) error {

@@ -78,9 +78,9 @@ type Run struct {
 	// CreateElapsed is how long creating took: drain, the create phase
 	// before the workers start; latency, first create to last.
 	CreateElapsed time.Duration
-	// Commits is the number of transactions the system committed in the
-	// window (PostgreSQL only; CommitsKnown false elsewhere).
-	Commits      int64
+	// Window is what PostgreSQL and the machine saw in the commit window
+	// (PostgreSQL only; CommitsKnown false elsewhere).
+	Window       Window
 	CommitsKnown bool
 	// CommitsNote says what the commit window covers, for the human line.
 	CommitsNote string
@@ -163,10 +163,7 @@ func (r *Run) Report(w io.Writer) (*Result, error) {
 		quant(s.Key, s.Label, s.Values)
 	}
 	if r.CommitsKnown && completed > 0 {
-		per := float64(r.Commits) / float64(completed)
-		res.SetFloat("commits_per_job", per, 4)
-		res.SetInt("commits", r.Commits)
-		add("commits per completed job %.4f  (%d commits / %d jobs; %s)", per, r.Commits, completed, r.CommitsNote)
+		r.reportWindow(res, add, completed)
 	}
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
@@ -176,6 +173,32 @@ func (r *Run) Report(w io.Writer) (*Result, error) {
 		return res, fmt.Errorf("%d of %d jobs never completed", created-completed, created)
 	}
 	return res, nil
+}
+
+// reportWindow adds the commit window's figures per completed job.
+func (r *Run) reportWindow(res *Result, add func(string, ...any), completed int) {
+	w := r.Window
+	n := float64(completed)
+	per := float64(w.Commits) / n
+	res.SetFloat("commits_per_job", per, 4)
+	res.SetInt("commits", w.Commits)
+	add("commits per completed job %.4f  (%d commits / %d jobs; %s)", per, w.Commits, completed, r.CommitsNote)
+	if r.Options.Mode != ModeDrain { // the window holds the creates
+		res.SetFloat("rows_inserted_per_job", float64(w.RowsInserted)/n, 2)
+		add("rows inserted per job     %.2f  (pg_stat_user_tables of the schema, same window)", float64(w.RowsInserted)/n)
+	}
+	res.SetFloat("wal_bytes_per_job", float64(w.WALBytes)/n, 0)
+	add("WAL per completed job     %.0f bytes  (same window, every writer of the server)", float64(w.WALBytes)/n)
+	if !w.CPUKnown {
+		add("CPU per completed job     unknown: %s", w.CPUNote)
+		return
+	}
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	res.SetFloat("cpu_machine_us_per_job", us(w.Machine), 1)
+	res.SetFloat("cpu_postgres_us_per_job", us(w.Postgres), 1)
+	res.SetFloat("cpu_system_us_per_job", us(w.System), 1)
+	add("CPU per completed job     machine %.1f µs, PostgreSQL %.1f µs, %s's processes %.1f µs  (same window; 10 ms resolution)",
+		us(w.Machine), us(w.Postgres), r.System, us(w.System))
 }
 
 // tally is what the samples say: each job's latencies, how many

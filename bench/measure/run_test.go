@@ -59,7 +59,11 @@ func TestRunReport(t *testing.T) {
 			Config:        []Field{{Key: "worker_procs", Value: "2"}},
 			Begin:         ms(1000),
 			CreateElapsed: 500 * time.Millisecond,
-			Commits:       42, CommitsKnown: true,
+			Window: Window{
+				Commits: 42, WALBytes: 4000,
+				CPUKnown: true, Machine: 8 * time.Millisecond, Postgres: 4 * time.Millisecond, System: 2 * time.Millisecond,
+			},
+			CommitsKnown: true,
 		}
 		for i := range 4 {
 			r.Samples = append(r.Samples, Sample{Created: ms(0), Started: ms(1000 + 10*i), Done: ms(1500 + 100*i)})
@@ -75,10 +79,15 @@ func TestRunReport(t *testing.T) {
 			"drain_jobs_per_s":  "5.0", // 4 jobs from 1.0s to 1.8s
 			"start_p50_ms":      "1010.000", "done_p99_ms": "1800.000",
 			"commits_per_job": "10.5000", "commits": "42",
+			"wal_bytes_per_job": "1000", "cpu_machine_us_per_job": "2000.0",
+			"cpu_postgres_us_per_job": "1000.0", "cpu_system_us_per_job": "500.0",
 		} {
 			if got, _ := res.Get(key); got != want {
 				t.Errorf("%s = %q, want %q", key, got, want)
 			}
+		}
+		if _, ok := res.Get("rows_inserted_per_job"); ok {
+			t.Error("rows_inserted_per_job in drain, whose window leaves the creates out")
 		}
 		if !strings.HasSuffix(out.String(), res.String()+"\n") {
 			t.Fatalf("the RESULT line is not last:\n%s", out.String())
@@ -113,6 +122,13 @@ func TestRunReport(t *testing.T) {
 		}
 		if _, ok := res.Get("start_p50_ms"); ok {
 			t.Error("start percentiles without any start")
+		}
+		r.Window, r.CommitsKnown = Window{Commits: 3, RowsInserted: 15}, true
+		if res, err = r.Report(&strings.Builder{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := res.Get("rows_inserted_per_job"); got != "5.00" {
+			t.Errorf("rows_inserted_per_job = %q, want 5.00 (15 rows for 3 jobs)", got)
 		}
 	})
 

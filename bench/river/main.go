@@ -356,11 +356,11 @@ func (b *bench) finish(ctx context.Context, r *measure.Run) error {
 	<-b.eventsDone
 	b.pool.Close()
 	b.pool = nil
-	commits, err := b.monitor.EndWindow(ctx, b.appName)
+	w, err := b.monitor.EndWindow(ctx, b.appName)
 	if err != nil {
 		return err
 	}
-	r.Commits, r.CommitsKnown = commits, true
+	r.Window, r.CommitsKnown = w, true
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -106,6 +106,7 @@ func (c *cli) serveCommand() *cobra.Command {
 // failures are logged rather than printed, so that serve's stderr stays one
 // log stream, and returned as a bare exit status.
 func (c *cli) runServe(ctx context.Context, f *serveFlags) error {
+	tuneGC(c.getenv)
 	log, err := f.logger(c)
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ type limitFlags struct {
 	healthWatchersPer    int
 	healthWatchersMax    int
 	overloadLogInterval  time.Duration
+	authFailureAudit     time.Duration
 	schedulesMax         int
 	schedulePoll         time.Duration
 	retention            time.Duration
@@ -124,6 +125,8 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"grpc.health.v1 Watch streams per coordinator"+env("health-watchers-max"))
 	fs.DurationVar(&f.overloadLogInterval, "overload-log-interval", coordinator.OverloadLogIntervalDefault,
 		"how often refused calls are summarised in one Warn line; negative = never"+env("overload-log-interval"))
+	fs.DurationVar(&f.authFailureAudit, "auth-failure-audit-interval", coordinator.AuthFailureAuditIntervalDefault,
+		"shortest time between two audit events summarising refused authentications; negative = none"+env("auth-failure-audit-interval"))
 	fs.IntVar(&f.schedulesMax, "max-schedules-per-tenant", store.ScheduleLimitDefault,
 		"schedules one tenant may have"+env("max-schedules-per-tenant"))
 	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
@@ -169,6 +172,7 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.HealthWatchersPerConnectionMax = f.healthWatchersPer
 	cfg.HealthWatchersMax = f.healthWatchersMax
 	cfg.OverloadLogInterval = f.overloadLogInterval
+	cfg.AuthFailureAuditInterval = f.authFailureAudit
 	cfg.SchedulesPerTenantMax = f.schedulesMax
 	cfg.SchedulePollInterval = f.schedulePoll
 	cfg.Retention = f.retention

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/startstop"
@@ -25,6 +26,9 @@ const (
 	// resubscribeDelay is the pause before subscribing again to a notifier
 	// whose subscription ended while the dispatcher still runs.
 	resubscribeDelay = time.Second
+	// subscribeWaitMax bounds how long the first round waits for the
+	// notifier's first subscription (LISTEN connecting).
+	subscribeWaitMax = 5 * time.Second
 )
 
 // Config configures a Dispatcher.
@@ -126,6 +130,11 @@ type Dispatcher struct {
 	quiesceCh chan struct{} // closed by Quiesce
 	wake      chan struct{} // capacity 1: a pending wake-up, coalesced
 
+	// subscribeWait is subscribeWaitMax (tests shorten it); listenLate is
+	// set when rounds started before the first subscription was active.
+	subscribeWait time.Duration
+	listenLate    atomic.Bool
+
 	lifecycle startstop.BaseStartStop
 }
 
@@ -148,6 +157,7 @@ func New(cfg Config) *Dispatcher {
 		pendingWaiters: make(map[*Waiter]struct{}),
 		quiesceCh:      make(chan struct{}),
 		wake:           make(chan struct{}, 1),
+		subscribeWait:  subscribeWaitMax,
 	}
 }
 
@@ -162,10 +172,32 @@ func (d *Dispatcher) Start(ctx context.Context) {
 		started()
 		defer stopped()
 		var wg sync.WaitGroup
+		// The first round waits for the first subscription: a job created
+		// before LISTEN is active notifies nobody, so a waiter whose
+		// first claim ran before it could miss it until the next poll
+		// (an hour, if so configured). Every round from the first on
+		// claims after LISTEN is active, and anything created later is
+		// notified.
+		subscribed := make(chan struct{})
 		if n, ok := d.cfg.Store.(store.JobNotifier); ok {
-			wg.Go(func() { d.listen(ctx, n) })
+			wg.Go(func() { d.listen(ctx, n, subscribed) })
+		} else {
+			close(subscribed)
 		}
-		wg.Go(func() { d.loop(ctx) })
+		wg.Go(func() {
+			t := time.NewTimer(d.subscribeWait)
+			defer t.Stop()
+			select {
+			case <-subscribed:
+			case <-t.C:
+				// LISTEN is slow to come: dispatch without it, and have
+				// listen wake every waiter once it is active.
+				d.listenLate.Store(true)
+			case <-ctx.Done():
+				return
+			}
+			d.loop(ctx)
+		})
 		wg.Wait()
 	}()
 }
@@ -602,10 +634,25 @@ func (d *Dispatcher) release(ctx context.Context, tenant string, jobs []store.Cl
 }
 
 // listen forwards notifier wake-ups until ctx ends, subscribing again when
-// a subscription ends early (e.g. the LISTEN connection dropped).
-func (d *Dispatcher) listen(ctx context.Context, n store.JobNotifier) {
+// a subscription ends early (e.g. the LISTEN connection dropped). It
+// closes subscribed once the first subscription is active (or its attempt
+// failed: polling is the fallback then). After a subscription that
+// follows a dropped one, every waiter gets one round: notifications sent
+// while nobody listened are lost, and the round claims after LISTEN is
+// active again, so nothing created meanwhile waits for a poll.
+func (d *Dispatcher) listen(ctx context.Context, n store.JobNotifier, subscribed chan struct{}) {
+	first := true
 	for ctx.Err() == nil {
 		ch, err := n.SubscribeJobs(ctx)
+		if first {
+			first = false
+			close(subscribed)
+			if d.listenLate.Load() {
+				d.WakeAll() // rounds ran before LISTEN was active
+			}
+		} else {
+			d.WakeAll()
+		}
 		if err != nil {
 			d.log.Log(ctx, store.FailureLevel(err), "job notifications unavailable; polling only until resubscribed",
 				slog.String("error", err.Error()))
@@ -621,8 +668,6 @@ func (d *Dispatcher) listen(ctx context.Context, n store.JobNotifier) {
 			return
 		case <-t.C:
 		}
-		// A dropped subscription may have missed notifications.
-		d.WakeAll()
 	}
 }
 

@@ -157,13 +157,26 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 		}
 	}
 	st := &limitState{usage: map[string]store.QueueUsage{}, windows: map[string]time.Time{}}
-	usage := func(q string) store.QueueUsage {
-		u, ok := st.usage[q]
-		if !ok {
-			u = store.QueueUsage{ActiveByKey: map[string]int64{}, StartedByKey: map[string]int64{}}
-		}
-		return u
+	now, err := st.readLeases(ctx, tx, p, limited, keyed)
+	if err != nil || len(rated) == 0 {
+		return st, err
 	}
+	return st, st.readStarts(ctx, tx, p.Tenant, rated, policies, now)
+}
+
+// usageOf is queue q's usage so far.
+func (st *limitState) usageOf(q string) store.QueueUsage {
+	u, ok := st.usage[q]
+	if !ok {
+		u = store.QueueUsage{ActiveByKey: map[string]int64{}, StartedByKey: map[string]int64{}}
+	}
+	return u
+}
+
+// readLeases locks the limited queues and counts their active leases (by
+// key where keyed), and returns the transaction's instant.
+func (st *limitState) readLeases(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, limited, keyed []string) (time.Time, error) {
+	var now time.Time
 	b := &pgx.Batch{}
 	for _, q := range limited {
 		b.Queue(qAdvisoryLockQueue, int32(claimLockClass), p.Tenant+"/"+q)
@@ -177,7 +190,7 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 	defer br.Close()
 	for range limited {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return now, err
 		}
 	}
 	if err := eachRow(br, func(r pgx.Rows) error {
@@ -188,12 +201,12 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 		if err := r.Scan(&q, &n); err != nil {
 			return err
 		}
-		u := usage(q)
+		u := st.usageOf(q)
 		u.Active = n
 		st.usage[q] = u
 		return nil
 	}); err != nil {
-		return nil, err
+		return now, err
 	}
 	if len(keyed) > 0 {
 		if err := eachRow(br, func(r pgx.Rows) error {
@@ -204,32 +217,31 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 			if err := r.Scan(&q, &k, &n); err != nil {
 				return err
 			}
-			u := usage(q)
+			u := st.usageOf(q)
 			u.ActiveByKey[k] = n
 			st.usage[q] = u
 			return nil
 		}); err != nil {
-			return nil, err
+			return now, err
 		}
 	}
-	var now time.Time
 	if err := br.QueryRow().Scan(&now); err != nil {
-		return nil, err
+		return now, err
 	}
-	if err := br.Close(); err != nil {
-		return nil, err
-	}
-	if len(rated) == 0 {
-		return st, nil
-	}
+	return now, br.Close()
+}
+
+// readStarts reads the starts of the rate-limited queues' current windows.
+func (st *limitState) readStarts(ctx context.Context, tx pgx.Tx, tenant string, rated []string,
+	policies map[store.QueueRef]store.QueuePolicy, now time.Time) error {
 	wins := make([]time.Time, len(rated))
 	for i, q := range rated {
-		wins[i] = store.RateWindowStart(policies[store.QueueRef{Tenant: p.Tenant, Queue: q}], now)
+		wins[i] = store.RateWindowStart(policies[store.QueueRef{Tenant: tenant, Queue: q}], now)
 		st.windows[q] = wins[i]
 	}
-	rows, err := tx.Query(ctx, qRateStarts, p.Tenant, rated, wins)
+	rows, err := tx.Query(ctx, qRateStarts, tenant, rated, wins)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -238,13 +250,13 @@ func lockLimited(ctx context.Context, tx pgx.Tx, p store.ClaimManyParams, queues
 			n    int64
 		)
 		if err := rows.Scan(&q, &k, &n); err != nil {
-			return nil, err
+			return err
 		}
-		u := usage(q)
+		u := st.usageOf(q)
 		u.StartedByKey[k] = n
 		st.usage[q] = u
 	}
-	return st, rows.Err()
+	return rows.Err()
 }
 
 // eachRow calls fn for each row of the batch's next query.

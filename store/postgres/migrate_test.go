@@ -118,3 +118,28 @@ func TestOpenUnreachableIsUnavailable(t *testing.T) {
 		t.Fatalf("open an unreachable database: got %v, want ErrUnavailable", err)
 	}
 }
+
+// TestMigrateAcceptsPoolParameters: a database URL may carry pgxpool's own
+// parameters (pool_max_conns sizes the store's pool); Migrate connects
+// without them instead of sending them to the server as settings (which
+// failed: unrecognized configuration parameter, SQLSTATE 42704).
+func TestMigrateAcceptsPoolParameters(t *testing.T) {
+	t.Parallel()
+	url := pgtest.Schema(t) + "&pool_max_conns=4&pool_min_conns=1"
+	if !strings.Contains(url, "?") {
+		t.Fatalf("schema URL %q has no query", url)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := postgres.Migrate(ctx, url); err != nil {
+		t.Fatalf("Migrate with pool parameters: %v", err)
+	}
+	s, err := postgres.Open(ctx, postgres.Config{DatabaseURL: url})
+	if err != nil {
+		t.Fatalf("Open with pool parameters: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	// The database/sql driver "pgx", used only by Migrate (goose runs on
 	// database/sql).
-	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasehold/leasehold/backoff"
 	"github.com/leasehold/leasehold/internal/groupcommit"
@@ -151,13 +150,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // It is idempotent, and safe from two processes at once: goose holds a
 // session advisory lock while it migrates.
 func Migrate(ctx context.Context, databaseURL string) error {
-	if _, err := pgxpool.ParseConfig(databaseURL); err != nil {
+	pcfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
 		return store.Invalid("database_url", "is not a valid PostgreSQL URL")
 	}
-	db, err := sql.Open("pgx", databaseURL)
-	if err != nil {
-		return fmt.Errorf("migrate postgres: %w", interpretError(err))
-	}
+	// The connection settings the pool would use, without the pool's own
+	// parameters (pool_max_conns...): given to the server as settings,
+	// they would fail the connection (unrecognized configuration
+	// parameter).
+	db := stdlib.OpenDB(*pcfg.ConnConfig)
 	defer func() { _ = db.Close() }() // the migration's outcome is known by now
 	if _, err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
 		return fmt.Errorf("migrate postgres: %w", interpretError(err))

@@ -195,65 +195,12 @@ func deref(s *string) string {
 // fence.
 func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	b := &pgx.Batch{}
-	var leaves, renewals int
-	if n := len(c.Leaves); n > 0 {
-		leaves = n
-		var (
-			tenants, ids, owners, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			gens                         = make([]int64, n)
-			nows, available, finished    = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-			refunds, nevents             = make([]int32, n), make([]int32, n)
-			expired                      = make([]bool, n)
-			attempts                     = make([]int32, n)
-			claimed                      = make([]time.Time, n)
-			results                      = make([][]byte, n)
-			setErr, retryable            = make([]bool, n), make([]bool, n)
-			codes, messages              = make([]string, n), make([]string, n)
-			// attempt rows
-			outcomes            = make([]string, n)
-			aHasErr, aRetryable = make([]bool, n), make([]bool, n)
-			aCodes, aMessages   = make([]string, n), make([]string, n)
-			aDelays             = make([]int64, n)
-			evs                 multiEventBatch
-		)
-		for i, l := range c.Leaves {
-			t := l.Transition
-			tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
-			expired[i], attempts[i], claimed[i] = l.Expired, l.Attempt, l.ClaimedAt
-			nows[i], available[i] = l.Now, t.AvailableAt
-			if t.Finished() {
-				finished[i] = l.Now
-			}
-			if t.Refund {
-				refunds[i] = 1
-			}
-			results[i] = t.Result
-			if e := t.LastError; e != nil {
-				setErr[i], codes[i], messages[i], retryable[i] = true, e.Code, e.Message, e.Retryable
-			}
-			nevents[i] = int32(len(t.Events))
-			outcomes[i], aDelays[i] = string(t.Outcome), int64(t.RetryDelay)
-			if e := t.AttemptError; e != nil {
-				aHasErr[i], aCodes[i], aMessages[i], aRetryable[i] = true, e.Code, e.Message, e.Retryable
-			}
-			for k, e := range t.Events {
-				evs.add(l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), l.Now, e)
-			}
-		}
-		b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
-			nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired)
-		b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
-		b.Queue(qInsertAttemptsMulti, tenants, ids, attempts, gens, owners, nowArgs(claimed), nowArgs(nows),
-			outcomes, aHasErr, aCodes, aMessages, aRetryable, aDelays)
+	leaves, renewals := len(c.Leaves), len(c.Renewals)
+	if leaves > 0 {
+		queueLeaves(b, c.Leaves)
 	}
-	if n := len(c.Renewals); n > 0 {
-		renewals = n
-		tenants, ids, owners := make([]string, n), make([]string, n), make([]string, n)
-		gens, nows, expires := make([]int64, n), make([]time.Time, n), make([]time.Time, n)
-		for i, rn := range c.Renewals {
-			tenants[i], ids[i], owners[i], gens[i], nows[i], expires[i] = rn.Tenant, rn.Token.JobID, rn.Token.WorkerID, rn.Token.Generation, rn.Now, rn.ExpiresAt
-		}
-		b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
+	if renewals > 0 {
+		queueRenewals(b, c.Renewals)
 	}
 	breakers := queueBreakerChanges(b, c.Breakers)
 	if r.breakers != nil {
@@ -295,6 +242,70 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		}
 	}
 	return br.Close()
+}
+
+// queueLeaves queues the three statements that end leases: the jobs'
+// update, their events and their attempt rows.
+func queueLeaves(b *pgx.Batch, ls []store.Leave) {
+	n := len(ls)
+	var (
+		tenants, ids, owners, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		gens                         = make([]int64, n)
+		nows, available, finished    = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		refunds, nevents             = make([]int32, n), make([]int32, n)
+		expired                      = make([]bool, n)
+		attempts                     = make([]int32, n)
+		claimed                      = make([]time.Time, n)
+		results                      = make([][]byte, n)
+		setErr, retryable            = make([]bool, n), make([]bool, n)
+		codes, messages              = make([]string, n), make([]string, n)
+		// attempt rows
+		outcomes            = make([]string, n)
+		aHasErr, aRetryable = make([]bool, n), make([]bool, n)
+		aCodes, aMessages   = make([]string, n), make([]string, n)
+		aDelays             = make([]int64, n)
+		evs                 multiEventBatch
+	)
+	for i, l := range ls {
+		t := l.Transition
+		tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
+		expired[i], attempts[i], claimed[i] = l.Expired, l.Attempt, l.ClaimedAt
+		nows[i], available[i] = l.Now, t.AvailableAt
+		if t.Finished() {
+			finished[i] = l.Now
+		}
+		if t.Refund {
+			refunds[i] = 1
+		}
+		results[i] = t.Result
+		if e := t.LastError; e != nil {
+			setErr[i], codes[i], messages[i], retryable[i] = true, e.Code, e.Message, e.Retryable
+		}
+		nevents[i] = int32(len(t.Events))
+		outcomes[i], aDelays[i] = string(t.Outcome), int64(t.RetryDelay)
+		if e := t.AttemptError; e != nil {
+			aHasErr[i], aCodes[i], aMessages[i], aRetryable[i] = true, e.Code, e.Message, e.Retryable
+		}
+		for k, e := range t.Events {
+			evs.add(l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), l.Now, e)
+		}
+	}
+	b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
+		nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired)
+	b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
+	b.Queue(qInsertAttemptsMulti, tenants, ids, attempts, gens, owners, nowArgs(claimed), nowArgs(nows),
+		outcomes, aHasErr, aCodes, aMessages, aRetryable, aDelays)
+}
+
+// queueRenewals queues the statement that extends leases.
+func queueRenewals(b *pgx.Batch, rs []store.Renewal) {
+	n := len(rs)
+	tenants, ids, owners := make([]string, n), make([]string, n), make([]string, n)
+	gens, nows, expires := make([]int64, n), make([]time.Time, n), make([]time.Time, n)
+	for i, rn := range rs {
+		tenants[i], ids[i], owners[i], gens[i], nows[i], expires[i] = rn.Tenant, rn.Token.JobID, rn.Token.WorkerID, rn.Token.Generation, rn.Now, rn.ExpiresAt
+	}
+	b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
 }
 
 // multiEventBatch collects events of several tenants' jobs for one

@@ -44,211 +44,283 @@ func (s *Store) ClaimMany(ctx context.Context, p store.ClaimManyParams) ([]store
 	if err != nil {
 		return nil, s.interpret(ctx, "claim", err)
 	}
-	slots := store.ClaimSlots(p.Waiters)
-	var (
-		claimed []store.ClaimedJob
-		written []store.BreakerChange
-	)
+	var c *claim
 	err = s.write(ctx, "claim", func(tx *writeTx) error {
-		claimed, written = nil, nil
-		now := s.clock(p.Now)
-		type candidate struct {
-			id, queue, key string
-			priority       int32
-			availableAt    int64
-		}
-		// rooms is what each open queue may still take under its limits
-		// (store.DecideQueueRoom); used counts what this claim took of
-		// each (queue, key); windows are the rate-limited queues' current
-		// rate windows.
-		rooms := map[string]store.QueueRoom{}
-		used := map[[2]string]int{}
-		windows := map[string]time.Time{}
-		for _, ref := range refs {
-			pol := policies[ref]
-			if pol.Paused {
-				continue
-			}
-			room := store.QueueRoom{Cap: len(slots), Fetch: len(slots), KeyRoom: -1}
-			if pol.Limited() {
-				u, win, err := queueUsage(ctx, tx, p.Tenant, ref.Queue, pol, now)
-				if err != nil {
-					return err
-				}
-				room = store.DecideQueueRoom(pol, len(slots), u)
-				if !win.IsZero() {
-					windows[ref.Queue] = win
-				}
-			}
-			if room.Cap > 0 {
-				rooms[ref.Queue] = room
-			}
-		}
-		// candidates lists up to want claimable jobs across the open
-		// queues in claim order (probe: of that dependency only), no more
-		// of a concurrency key than its room.
-		candidates := func(probe string, want int) ([]candidate, error) {
-			var all []candidate
-			for _, ref := range refs {
-				room := rooms[ref.Queue]
-				n := min(room.Cap, want)
-				if n <= 0 {
-					continue
-				}
-				fetch := n
-				if room.KeyRoom >= 0 {
-					fetch = max(n, min(room.Fetch, want*4+100))
-				}
-				query, args := qClaimCandidates, []any{p.Tenant, ref.Queue, micros(now), fetch}
-				if probe != "" {
-					query, args = qClaimProbeCandidates, append(args, probe)
-				}
-				rows, err := tx.QueryContext(ctx, query, args...)
-				if err != nil {
-					return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
-				}
-				taken, here := map[string]int{}, 0
-				for rows.Next() && here < n {
-					c := candidate{queue: ref.Queue}
-					if err := rows.Scan(&c.id, &c.priority, &c.availableAt, &c.key); err != nil {
-						rows.Close()
-						return nil, fmt.Errorf("claim from %q: %w", ref.Queue, err)
-					}
-					if room.KeyRoom >= 0 && c.key != "" {
-						keyRoom, ok := room.Keys[c.key]
-						if !ok {
-							keyRoom = room.KeyRoom
-						}
-						if used[[2]string{c.queue, c.key}]+taken[c.key] >= keyRoom {
-							continue
-						}
-						taken[c.key]++
-					}
-					all = append(all, c)
-					here++
-				}
-				if err := rows.Close(); err != nil {
-					return nil, err
-				}
-				if err := rows.Err(); err != nil {
-					return nil, err
-				}
-			}
-			slices.SortFunc(all, func(a, b candidate) int {
-				return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.availableAt, b.availableAt), cmp.Compare(a.id, b.id))
-			})
-			all = all[:min(len(all), want)]
-			for _, c := range all {
-				room := rooms[c.queue]
-				room.Cap--
-				rooms[c.queue] = room
-				used[[2]string{c.queue, c.key}]++
-			}
-			return all, nil
-		}
-		all, err := candidates("", len(slots))
-		if err != nil {
-			return err
-		}
-		// Breakers that are not closed held their jobs back above; those
-		// due for half-open probes admit them now, in the same
-		// transaction (the single writer needs no lock to count them).
-		var probes []store.BreakerChange
-		probeOf := map[string]int{} // job id → index into probes
-		if len(all) < len(slots) && len(rooms) > 0 {
-			gate, err := queryBreakers(ctx, tx, qGateBreakers, p.Tenant)
-			if err != nil {
-				return fmt.Errorf("read breakers: %w", err)
-			}
-			for _, b := range gate {
-				admit, next, events := store.DecideProbes(b, now)
-				var more []candidate
-				if n := min(admit, len(slots)-len(all)); n > 0 {
-					if more, err = candidates(b.Dependency, n); err != nil {
-						return err
-					}
-				}
-				if len(more) == 0 && len(events) == 0 {
-					continue
-				}
-				for _, c := range more {
-					probeOf[c.id] = len(probes)
-				}
-				first := next.EventSeq + 1
-				next.EventSeq += int64(len(events))
-				probes = append(probes, store.BreakerChange{Breaker: next, FirstSeq: first, Events: events, Now: now})
-				all = append(all, more...)
-			}
-		}
-		// Each job is leased to the waiter of its slot, a chunk of jobs
-		// per statement; the jobs come back in no particular order.
-		expires := make([]time.Time, len(all))
-		args := make([]any, 0, len(all)*qLeaseJobs.width)
-		for k, c := range all {
-			w := p.Waiters[slots[k]]
-			expires[k] = now.Add(policies[store.QueueRef{Tenant: p.Tenant, Queue: c.queue}].LeaseFor(w.LeaseDuration))
-			args = append(args, p.Tenant, c.id, w.Worker, micros(now), micros(expires[k]))
-		}
-		type leasedJob struct {
-			job *store.Job
-			seq int64 // of its LEASED event
-		}
-		leased := make(map[string]leasedJob, len(all))
-		err = qLeaseJobs.query(ctx, tx, args, func(rows *sql.Rows) error {
-			var seq int64
-			row, err := scanJob(rows, &seq)
-			if err != nil {
-				return err
-			}
-			leased[row.job.ID] = leasedJob{job: row.job, seq: seq}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("lease %d jobs: %w", len(all), err)
-		}
-		// Impossible for the single writer that read the candidates.
-		if len(leased) != len(all) {
-			return fmt.Errorf("lease %d jobs: %d leased", len(all), len(leased))
-		}
-		events := make([]any, 0, len(all)*qInsertEventsMulti.width)
-		for k, c := range all {
-			l, w := leased[c.id], p.Waiters[slots[k]]
-			gen, attempts := l.job.LeaseGeneration, l.job.Attempts
-			tok := store.LeaseToken{JobID: c.id, Generation: gen, WorkerID: w.Worker}
-			if i, ok := probeOf[c.id]; ok {
-				probes[i].Breaker = store.AdmitProbes(probes[i].Breaker, []store.LeaseToken{tok}, now)
-			}
-			data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", expires[k])
-			events = append(events, p.Tenant, c.id, l.seq, string(store.EventLeased), micros(now), data)
-			claimed = append(claimed, store.ClaimedJob{Job: l.job, Token: tok})
-		}
-		if _, err := qInsertEventsMulti.exec(ctx, tx, events); err != nil {
-			return fmt.Errorf("append leased events: %w", err)
-		}
-		for i := range claimed {
-			if claimed[i].Token.Generation == 1 {
-				continue // a first lease has no checkpoint or ledger yet
-			}
-			row, err := getJobTx(ctx, tx, p.Tenant, claimed[i].Token.JobID)
-			if err != nil {
-				return err
-			}
-			claimed[i].Job = row.job
-			if claimed[i].Effects, err = listEffectsTx(ctx, tx, p.Tenant, claimed[i].Token.JobID); err != nil {
-				return err
-			}
-		}
-		if err := addRateStarts(ctx, tx, p.Tenant, policies, windows, claimed); err != nil {
-			return err
-		}
-		written = probes
-		return writeBreakers(ctx, tx, probes)
+		c = &claim{tx: tx, p: p, refs: refs, policies: policies, slots: store.ClaimSlots(p.Waiters), now: s.clock(p.Now)}
+		return c.run(ctx)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.opts.BreakersChanged(written)
-	return claimed, nil
+	s.opts.BreakersChanged(c.probes)
+	return c.claimed, nil
+}
+
+// claim is one ClaimMany's write transaction, in the steps PostgreSQL's
+// takes in SQL: each open queue's room under its limits, candidates in
+// claim order, half-open probes, the lease, its events, and the history of
+// jobs leased before.
+type claim struct {
+	tx       *writeTx
+	p        store.ClaimManyParams
+	refs     []store.QueueRef
+	policies map[store.QueueRef]store.QueuePolicy
+	slots    []int
+	now      time.Time
+
+	// rooms is what each open queue may still take under its limits
+	// (store.DecideQueueRoom); used counts what this claim took of each
+	// (queue, key); windows are the rate-limited queues' current rate
+	// windows.
+	rooms   map[string]store.QueueRoom
+	used    map[[2]string]int
+	windows map[string]time.Time
+
+	probes  []store.BreakerChange
+	probeOf map[string]int // job id → index into probes
+	claimed []store.ClaimedJob
+}
+
+// candidate is a claimable job.
+type candidate struct {
+	id, queue, key string
+	priority       int32
+	availableAt    int64
+}
+
+func (c *claim) run(ctx context.Context) error {
+	if err := c.openRooms(ctx); err != nil {
+		return err
+	}
+	all, err := c.candidates(ctx, "", len(c.slots))
+	if err != nil {
+		return err
+	}
+	if all, err = c.admitProbes(ctx, all); err != nil {
+		return err
+	}
+	leased, err := c.lease(ctx, all)
+	if err != nil {
+		return err
+	}
+	if err := c.appendLeasedEvents(ctx, all, leased); err != nil {
+		return err
+	}
+	if err := c.reloadRepeats(ctx); err != nil {
+		return err
+	}
+	if err := addRateStarts(ctx, c.tx, c.p.Tenant, c.policies, c.windows, c.claimed); err != nil {
+		return err
+	}
+	return writeBreakers(ctx, c.tx, c.probes)
+}
+
+// openRooms decides each unpaused queue's room.
+func (c *claim) openRooms(ctx context.Context) error {
+	c.rooms, c.used, c.windows = map[string]store.QueueRoom{}, map[[2]string]int{}, map[string]time.Time{}
+	for _, ref := range c.refs {
+		pol := c.policies[ref]
+		if pol.Paused {
+			continue
+		}
+		room := store.QueueRoom{Cap: len(c.slots), Fetch: len(c.slots), KeyRoom: -1}
+		if pol.Limited() {
+			u, win, err := queueUsage(ctx, c.tx, c.p.Tenant, ref.Queue, pol, c.now)
+			if err != nil {
+				return err
+			}
+			room = store.DecideQueueRoom(pol, len(c.slots), u)
+			if !win.IsZero() {
+				c.windows[ref.Queue] = win
+			}
+		}
+		if room.Cap > 0 {
+			c.rooms[ref.Queue] = room
+		}
+	}
+	return nil
+}
+
+// candidates lists up to want claimable jobs across the open queues in
+// claim order (probe: of that dependency only), no more of a concurrency
+// key than its room, and takes them from the rooms.
+func (c *claim) candidates(ctx context.Context, probe string, want int) ([]candidate, error) {
+	var all []candidate
+	for _, ref := range c.refs {
+		more, err := c.queueCandidates(ctx, ref.Queue, probe, want)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, more...)
+	}
+	slices.SortFunc(all, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.availableAt, b.availableAt), cmp.Compare(a.id, b.id))
+	})
+	all = all[:min(len(all), want)]
+	for _, cand := range all {
+		room := c.rooms[cand.queue]
+		room.Cap--
+		c.rooms[cand.queue] = room
+		c.used[[2]string{cand.queue, cand.key}]++
+	}
+	return all, nil
+}
+
+// queueCandidates reads one queue's candidates within its room.
+func (c *claim) queueCandidates(ctx context.Context, queue, probe string, want int) ([]candidate, error) {
+	room := c.rooms[queue]
+	n := min(room.Cap, want)
+	if n <= 0 {
+		return nil, nil
+	}
+	fetch := n
+	if room.KeyRoom >= 0 {
+		fetch = max(n, min(room.Fetch, want*4+100))
+	}
+	query, args := qClaimCandidates, []any{c.p.Tenant, queue, micros(c.now), fetch}
+	if probe != "" {
+		query, args = qClaimProbeCandidates, append(args, probe)
+	}
+	rows, err := c.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim from %q: %w", queue, err)
+	}
+	defer rows.Close()
+	var out []candidate
+	taken := map[string]int{}
+	for rows.Next() && len(out) < n {
+		cand := candidate{queue: queue}
+		if err := rows.Scan(&cand.id, &cand.priority, &cand.availableAt, &cand.key); err != nil {
+			return nil, fmt.Errorf("claim from %q: %w", queue, err)
+		}
+		if room.KeyRoom >= 0 && cand.key != "" {
+			keyRoom, ok := room.Keys[cand.key]
+			if !ok {
+				keyRoom = room.KeyRoom
+			}
+			if c.used[[2]string{queue, cand.key}]+taken[cand.key] >= keyRoom {
+				continue
+			}
+			taken[cand.key]++
+		}
+		out = append(out, cand)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
+}
+
+// admitProbes: breakers that are not closed held their jobs back above;
+// those due for half-open probes admit them now, in the same transaction
+// (the single writer needs no lock to count them).
+func (c *claim) admitProbes(ctx context.Context, all []candidate) ([]candidate, error) {
+	c.probeOf = map[string]int{}
+	if len(all) >= len(c.slots) || len(c.rooms) == 0 {
+		return all, nil
+	}
+	gate, err := queryBreakers(ctx, c.tx, qGateBreakers, c.p.Tenant)
+	if err != nil {
+		return nil, fmt.Errorf("read breakers: %w", err)
+	}
+	for _, b := range gate {
+		admit, next, events := store.DecideProbes(b, c.now)
+		var more []candidate
+		if n := min(admit, len(c.slots)-len(all)); n > 0 {
+			if more, err = c.candidates(ctx, b.Dependency, n); err != nil {
+				return nil, err
+			}
+		}
+		if len(more) == 0 && len(events) == 0 {
+			continue
+		}
+		for _, cand := range more {
+			c.probeOf[cand.id] = len(c.probes)
+		}
+		first := next.EventSeq + 1
+		next.EventSeq += int64(len(events))
+		c.probes = append(c.probes, store.BreakerChange{Breaker: next, FirstSeq: first, Events: events, Now: c.now})
+		all = append(all, more...)
+	}
+	return all, nil
+}
+
+// leasedJob is a job as the lease left it, with its LEASED event's place.
+type leasedJob struct {
+	job     *store.Job
+	seq     int64
+	expires time.Time
+}
+
+// lease leases each job to the waiter of its slot, a chunk of jobs per
+// statement; the jobs come back in no particular order.
+func (c *claim) lease(ctx context.Context, all []candidate) (map[string]leasedJob, error) {
+	expires := make(map[string]time.Time, len(all))
+	args := make([]any, 0, len(all)*qLeaseJobs.width)
+	for k, cand := range all {
+		w := c.p.Waiters[c.slots[k]]
+		exp := c.now.Add(c.policies[store.QueueRef{Tenant: c.p.Tenant, Queue: cand.queue}].LeaseFor(w.LeaseDuration))
+		expires[cand.id] = exp
+		args = append(args, c.p.Tenant, cand.id, w.Worker, micros(c.now), micros(exp))
+	}
+	leased := make(map[string]leasedJob, len(all))
+	err := qLeaseJobs.query(ctx, c.tx, args, func(rows *sql.Rows) error {
+		var seq int64
+		row, err := scanJob(rows, &seq)
+		if err != nil {
+			return err
+		}
+		leased[row.job.ID] = leasedJob{job: row.job, seq: seq, expires: expires[row.job.ID]}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease %d jobs: %w", len(all), err)
+	}
+	// Impossible for the single writer that read the candidates.
+	if len(leased) != len(all) {
+		return nil, fmt.Errorf("lease %d jobs: %d leased", len(all), len(leased))
+	}
+	return leased, nil
+}
+
+// appendLeasedEvents writes each lease's LEASED event, admits the probes'
+// tokens into their breakers and collects the claimed jobs in slot order.
+func (c *claim) appendLeasedEvents(ctx context.Context, all []candidate, leased map[string]leasedJob) error {
+	events := make([]any, 0, len(all)*qInsertEventsMulti.width)
+	for k, cand := range all {
+		l, w := leased[cand.id], c.p.Waiters[c.slots[k]]
+		gen, attempts := l.job.LeaseGeneration, l.job.Attempts
+		tok := store.LeaseToken{JobID: cand.id, Generation: gen, WorkerID: w.Worker}
+		if i, ok := c.probeOf[cand.id]; ok {
+			c.probes[i].Breaker = store.AdmitProbes(c.probes[i].Breaker, []store.LeaseToken{tok}, c.now)
+		}
+		data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", l.expires)
+		events = append(events, c.p.Tenant, cand.id, l.seq, string(store.EventLeased), micros(c.now), data)
+		c.claimed = append(c.claimed, store.ClaimedJob{Job: l.job, Token: tok})
+	}
+	if _, err := qInsertEventsMulti.exec(ctx, c.tx, events); err != nil {
+		return fmt.Errorf("append leased events: %w", err)
+	}
+	return nil
+}
+
+// reloadRepeats reads again, with their checkpoint and effect ledger, the
+// jobs leased before: a first lease has neither yet.
+func (c *claim) reloadRepeats(ctx context.Context) error {
+	for i := range c.claimed {
+		if c.claimed[i].Token.Generation == 1 {
+			continue
+		}
+		row, err := getJobTx(ctx, c.tx, c.p.Tenant, c.claimed[i].Token.JobID)
+		if err != nil {
+			return err
+		}
+		c.claimed[i].Job = row.job
+		if c.claimed[i].Effects, err = listEffectsTx(ctx, c.tx, c.p.Tenant, c.claimed[i].Token.JobID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReapExpired implements store.Store: store.Reap in one write transaction.

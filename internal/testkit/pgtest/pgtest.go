@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // EnvURL names the environment variable with the test database URL.
@@ -231,15 +232,22 @@ func Database(t testing.TB) string {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// DROP DATABASE waits for a checkpoint, which on a loaded server
+		// (other tests writing) took over 30 s. A database left behind is
+		// the harness's litter, not the test's failure: it is logged.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, base)
 		if err != nil {
 			t.Errorf("drop test database %s: %v", name, err)
 			return
 		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err):
+			t.Logf("drop test database %s: still not done after 2 minutes (%v); it is left behind", name, err)
+		case err != nil:
 			t.Errorf("drop test database %s: %v", name, err)
 		}
 	})
