@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,7 +36,7 @@ func (s *jobService) CreateJob(ctx context.Context, req *leaseholdv1.CreateJobRe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	return &leaseholdv1.CreateJobResponse{Job: toJob(res[0].Job), Replayed: res[0].Replayed}, nil
+	return &leaseholdv1.CreateJobResponse{Job: toJob(res[0].Job), Replayed: res[0].Replayed, Duplicate: res[0].Duplicate}, nil
 }
 
 func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.BatchCreateJobsRequest) (*leaseholdv1.BatchCreateJobsResponse, error) {
@@ -59,7 +60,7 @@ func (s *jobService) BatchCreateJobs(ctx context.Context, req *leaseholdv1.Batch
 	}
 	out := make([]*leaseholdv1.CreateJobResponse, 0, len(res))
 	for _, r := range res {
-		out = append(out, &leaseholdv1.CreateJobResponse{Job: toJob(r.Job), Replayed: r.Replayed})
+		out = append(out, &leaseholdv1.CreateJobResponse{Job: toJob(r.Job), Replayed: r.Replayed, Duplicate: r.Duplicate})
 	}
 	return &leaseholdv1.BatchCreateJobsResponse{Responses: out}, nil
 }
@@ -85,12 +86,18 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	} else {
 		res, err = c.store.CreateJobs(ctx, p)
 	}
+	if errors.Is(err, store.ErrUniqueConflict) {
+		c.metrics.uniqueConflict(ctx, tenant, refusedQueue(crs), "refused", 1)
+	}
 	if err != nil {
 		return nil, err
 	}
 	fresh := map[string]int{}
 	for _, r := range res {
-		if !r.Replayed {
+		switch {
+		case r.Duplicate:
+			c.metrics.uniqueConflict(ctx, tenant, r.Job.Queue, "duplicate", 1)
+		case !r.Replayed:
 			fresh[r.Job.Queue]++
 		}
 	}
@@ -105,6 +112,17 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	c.activity.created.Add(int64(created))
 	c.activity.replayed.Add(int64(len(res) - created))
 	return res, nil
+}
+
+// refusedQueue names the queue of a refused unique create: the queue of
+// its first request that asked to fail on a duplicate.
+func refusedQueue(crs []store.CreateRequest) string {
+	for _, cr := range crs {
+		if cr.Unique != nil && cr.Unique.OnConflict == store.UniqueFail {
+			return cr.Spec.Queue
+		}
+	}
+	return crs[0].Spec.Queue
 }
 
 // reserveFor reserves waiting workers for the requests due now, when the

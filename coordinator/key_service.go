@@ -82,6 +82,12 @@ var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
 	store.AuditBreakerPolicyUpdated:   leaseholdv1.AuditAction_AUDIT_ACTION_BREAKER_POLICY_UPDATED,
 	store.AuditWorkerBindingReleased:  leaseholdv1.AuditAction_AUDIT_ACTION_WORKER_BINDING_RELEASED,
 	store.AuditAuthenticationFailures: leaseholdv1.AuditAction_AUDIT_ACTION_AUTHENTICATION_FAILURES,
+	store.AuditScheduleCreated:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_CREATED,
+	store.AuditScheduleUpdated:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_UPDATED,
+	store.AuditScheduleDeleted:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_DELETED,
+	store.AuditSchedulePaused:         leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED,
+	store.AuditScheduleResumed:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED,
+	store.AuditScheduleTriggered:      leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED,
 }
 
 func toAuditEvent(e store.AuditEvent) *leaseholdv1.AuditEvent {

@@ -82,6 +82,8 @@ type Metrics struct {
 
 	scheduleTicks metric.Int64Counter
 	scheduleLag   metric.Float64Histogram
+
+	uniqueConflicts metric.Int64Counter
 }
 
 // NewMetrics creates the instruments on mp (nil: otel's global
@@ -115,6 +117,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.scheduleTicks = counter("leasehold.schedule.ticks", "{tick}",
 		"Schedule ticks handled by this coordinator, by tenant, queue and outcome: fired (a job created), skipped (the overlap policy) or missed (late beyond the misfire grace, per the catch-up policy).")
 
+	m.uniqueConflicts = counter("leasehold.jobs.unique.conflicts", "{request}",
+		"Unique creates whose key another job held, by tenant, queue and outcome: duplicate (the holder was answered) or refused (the request asked to fail).")
+
 	var err error
 	m.scheduleLag, err = m.meter.Float64Histogram("leasehold.schedule.tick.lag", metric.WithUnit("s"),
 		metric.WithDescription("From a tick's due time to the commit of its job, by tenant and queue."),
@@ -147,6 +152,15 @@ func (m *Metrics) jobCreated(ctx context.Context, tenant, queue string, n int) {
 		return
 	}
 	m.created.Add(ctx, int64(n), metric.WithAttributes(attrTenant(tenant), attrQueue(queue)))
+}
+
+// uniqueConflict counts unique creates of one queue whose key was held:
+// outcome "duplicate" (answered the holder) or "refused" (failed).
+func (m *Metrics) uniqueConflict(ctx context.Context, tenant, queue, outcome string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.uniqueConflicts.Add(ctx, int64(n), metric.WithAttributes(attrTenant(tenant), attrQueue(queue), attribute.String("outcome", outcome)))
 }
 
 // leaseGranted counts one lease handed to a worker.

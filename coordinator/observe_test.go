@@ -21,7 +21,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testkit/testlog"
@@ -454,5 +456,45 @@ func TestAStoreOutageIsOneWarnASummaryAndOneInfo(t *testing.T) {
 	}
 	if n := len(lines("WARN", "store")); n != 2 {
 		t.Errorf("%d Warn lines in all, want 2 (start and one summary)", n)
+	}
+}
+
+// TestUniqueConflictsAreCounted: a unique create answered with the holder
+// counts as a duplicate, one refused with ON_CONFLICT_FAIL as refused, by
+// tenant and queue; the duplicate is not counted as created.
+func TestUniqueConflictsAreCounted(t *testing.T) {
+	t.Parallel()
+	o := newObserved(t)
+	ctx := withCaller(context.Background(), anonymous(TenantDefault))
+	js := &jobService{c: o.c}
+	create := func(fail bool) error {
+		u := &leaseholdv1.UniqueOptions{Key: "k-1"}
+		if fail {
+			u.OnConflict = leaseholdv1.UniqueOptions_ON_CONFLICT_FAIL
+		}
+		_, err := js.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "uniq", Kind: "k"}, Unique: u})
+		return err
+	}
+	for range 3 { // one new job, two duplicates
+		if err := create(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := create(true); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("a FAIL duplicate: %v, want ALREADY_EXISTS", err)
+	}
+	ms := o.collect(t)
+	for _, c := range []struct {
+		name  string
+		attrs []attribute.KeyValue
+		want  float64
+	}{
+		{"leasehold.jobs.unique.conflicts", []attribute.KeyValue{attrQueue("uniq"), attribute.String("outcome", "duplicate")}, 2},
+		{"leasehold.jobs.unique.conflicts", []attribute.KeyValue{attrQueue("uniq"), attribute.String("outcome", "refused")}, 1},
+		{"leasehold.jobs.created", []attribute.KeyValue{attrQueue("uniq")}, 1},
+	} {
+		if got, ok := point(ms, c.name, c.attrs...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.attrs, got, ok, c.want)
+		}
 	}
 }

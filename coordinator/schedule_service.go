@@ -43,7 +43,13 @@ func (s *scheduleService) CreateSchedule(ctx context.Context, req *leaseholdv1.C
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditScheduleCreated, sc.ID, scheduleAuditData(sc))
 	return &leaseholdv1.CreateScheduleResponse{Schedule: toSchedule(sc)}, nil
+}
+
+// scheduleAuditData is what a schedule's audit events record of it.
+func scheduleAuditData(sc *store.Schedule) map[string]any {
+	return map[string]any{"name": sc.Name, "queue": sc.Spec.Queue}
 }
 
 // scheduleInScope reads a schedule the caller names, answering NOT_FOUND
@@ -114,6 +120,7 @@ func (s *scheduleService) UpdateSchedule(ctx context.Context, req *leaseholdv1.U
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditScheduleUpdated, sc.ID, scheduleAuditData(sc))
 	return &leaseholdv1.UpdateScheduleResponse{Schedule: toSchedule(sc)}, nil
 }
 
@@ -129,6 +136,11 @@ func (c *Coordinator) setSchedulePaused(ctx context.Context, ref string, paused 
 	})
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
+	}
+	if paused {
+		c.audit(ctx, store.AuditSchedulePaused, sc.ID, map[string]any{"name": sc.Name, "reason": reason})
+	} else {
+		c.audit(ctx, store.AuditScheduleResumed, sc.ID, map[string]any{"name": sc.Name})
 	}
 	return toSchedule(sc), nil
 }
@@ -158,6 +170,7 @@ func (s *scheduleService) DeleteSchedule(ctx context.Context, req *leaseholdv1.D
 	if err := c.store.DeleteSchedule(ctx, sc.Tenant, sc.ID); err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
+	c.audit(ctx, store.AuditScheduleDeleted, sc.ID, scheduleAuditData(sc))
 	return &leaseholdv1.DeleteScheduleResponse{}, nil
 }
 
@@ -178,6 +191,9 @@ func (s *scheduleService) TriggerSchedule(ctx context.Context, req *leaseholdv1.
 		return nil, toStatus(ctx, c.log, err)
 	}
 	if run.Reason == "" { // not a replay
+		c.audit(ctx, store.AuditScheduleTriggered, sc.ID, map[string]any{
+			"name": sc.Name, "job_id": run.JobID, "request_id": req.GetRequestId(),
+		})
 		c.metrics.jobCreated(ctx, sc.Tenant, sc.Spec.Queue, 1)
 		c.activity.created.Add(1)
 		c.dispatcher.Wake(sc.Tenant, sc.Spec.Queue)

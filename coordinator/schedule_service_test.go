@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,5 +181,74 @@ func TestScheduleTicksAreCounted(t *testing.T) {
 			t.Fatalf("fired %v, skipped %v, missed %v, lag samples %v; want 1, 59, 60, 1", fired, skipped, missed, lags)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestScheduleActionsAreAudited: create, update, pause, resume, trigger
+// and delete each record an audit event with the acting principal and the
+// schedule as target, like the other admin actions; a replayed trigger
+// records nothing more.
+func TestScheduleActionsAreAudited(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	producerKey, producer := e.key(tenantA, store.RoleProducer)
+	operatorKey, operator := e.key(tenantA, store.RoleOperator)
+	adminKey, _ := e.key(tenantA, store.RoleAdmin)
+	prod := leaseholdv1.NewScheduleServiceClient(e.dial(producerKey))
+	op := leaseholdv1.NewScheduleServiceClient(e.dial(operatorKey))
+	ctx := t.Context()
+	created, err := prod.CreateSchedule(ctx, &leaseholdv1.CreateScheduleRequest{Name: "nightly", Spec: &leaseholdv1.ScheduleSpec{
+		Queue: "reports", Kind: "report.build", Cron: "0 2 * * *"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSchedule().GetId()
+	if _, err := prod.UpdateSchedule(ctx, &leaseholdv1.UpdateScheduleRequest{Schedule: id, Spec: &leaseholdv1.ScheduleSpec{
+		Queue: "reports", Kind: "report.build", Cron: "30 1 * * *"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.PauseSchedule(ctx, &leaseholdv1.PauseScheduleRequest{Schedule: id, Reason: "quarter close"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.ResumeSchedule(ctx, &leaseholdv1.ResumeScheduleRequest{Schedule: id}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second is a replay
+		if _, err := op.TriggerSchedule(ctx, &leaseholdv1.TriggerScheduleRequest{Schedule: id, RequestId: "rerun-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := prod.DeleteSchedule(ctx, &leaseholdv1.DeleteScheduleRequest{Schedule: id}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := leaseholdv1.NewAdminServiceClient(e.dial(adminKey)).ListAuditEvents(ctx, &leaseholdv1.ListAuditEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		action leaseholdv1.AuditAction
+		actor  string
+	}
+	var got []rec
+	for _, ev := range events.GetEvents() {
+		if ev.GetTarget() != id {
+			continue
+		}
+		got = append(got, rec{ev.GetAction(), ev.GetActor()})
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED && !strings.Contains(ev.GetDataJson(), "quarter close") {
+			t.Errorf("the pause event's data %s lacks the reason", ev.GetDataJson())
+		}
+	}
+	slices.Reverse(got) // the log is newest first
+	want := []rec{
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_CREATED, producer.Identity()},
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_UPDATED, producer.Identity()},
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED, operator.Identity()},
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED, operator.Identity()},
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED, operator.Identity()},
+		{leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_DELETED, producer.Identity()},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audit events of the schedule = %v, want %v", got, want)
 	}
 }

@@ -42,6 +42,9 @@ const (
 	// ReasonReportMismatch: the lease already made this terminal report
 	// with another result or error; the first one stands.
 	ReasonReportMismatch = "REPORT_MISMATCH"
+	// ReasonUniqueConflict: a unique create that asked to fail on a
+	// duplicate found its key held (ALREADY_EXISTS); nothing was created.
+	ReasonUniqueConflict = "UNIQUE_CONFLICT"
 	// ReasonUnauthenticated: no credential, or one that is invalid or
 	// revoked (UNAUTHENTICATED).
 	ReasonUnauthenticated = "UNAUTHENTICATED"
@@ -136,6 +139,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, store.ErrIdempotencyConflict):
 		return statusError(codes.AlreadyExists, ReasonIdempotencyConflict,
 			"request_id was already used with a different request: use a new request_id or resend the original request")
+	case errors.Is(err, store.ErrUniqueConflict):
+		return statusError(codes.AlreadyExists, ReasonUniqueConflict,
+			"a job holds the unique key (live, or within the period): nothing was created; drop on_conflict FAIL to get the existing job")
 	case errors.Is(err, store.ErrBreakerNotFound):
 		return statusError(codes.NotFound, ReasonBreakerNotFound,
 			"the dependency has no breaker yet: nothing has reported on it and no operator has acted on it")

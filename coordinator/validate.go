@@ -235,7 +235,33 @@ func (v validator) createRequest(field string, r *leaseholdv1.CreateJobRequest) 
 	if err != nil {
 		return store.CreateRequest{}, err
 	}
-	return store.CreateRequest{Spec: spec, RequestID: r.GetRequestId()}, nil
+	unique, err := uniqueOptions(prefix+"unique", r.GetUnique())
+	if err != nil {
+		return store.CreateRequest{}, err
+	}
+	return store.CreateRequest{Spec: spec, RequestID: r.GetRequestId(), Unique: unique}, nil
+}
+
+// uniqueOptions decodes a request's unique options (nil: not unique);
+// the store checks their bounds (store.ValidateUnique), once.
+func uniqueOptions(field string, u *leaseholdv1.UniqueOptions) (*store.UniqueOptions, error) {
+	if u == nil {
+		return nil, nil
+	}
+	period, err := duration(field+".period", u.GetPeriod())
+	if err != nil {
+		return nil, err
+	}
+	out := &store.UniqueOptions{Key: u.GetKey(), ByMetadataKeys: u.GetByMetadataKeys(), Period: period}
+	switch u.GetOnConflict() {
+	case leaseholdv1.UniqueOptions_ON_CONFLICT_UNSPECIFIED, leaseholdv1.UniqueOptions_ON_CONFLICT_RETURN_EXISTING:
+		out.OnConflict = store.UniqueReturnExisting
+	case leaseholdv1.UniqueOptions_ON_CONFLICT_FAIL:
+		out.OnConflict = store.UniqueFail
+	default:
+		return nil, store.Invalid(field+".on_conflict", "must be RETURN_EXISTING or FAIL")
+	}
+	return out, nil
 }
 
 // CreateJob validates a CreateJobRequest.

@@ -23,7 +23,7 @@ var Capabilities = []string{
 	"connect_stream", "long_poll_claim", "idempotency", "effect_ledger",
 	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
 	"list_views", "pushed_watches", "retry_info", "circuit_breakers", "key_limits",
-	"worker_credits", "renew_reported", "lease_acks", "schedules",
+	"worker_credits", "renew_reported", "lease_acks", "schedules", "unique_jobs",
 }
 
 // workerService is the worker API: thin shells over the store, plus the

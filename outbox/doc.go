@@ -30,6 +30,7 @@
 // limits only the coordinator knows; those rows are moved to the
 // outbox_dead table by the relay.
 //
-// Unique jobs do not exist yet, so the outbox has no unique-key column;
-// it will gain one, in a new schema version, when they land.
+// A row may carry a unique key (schema version 2, Job.UniqueKey): the
+// relay sends it as the job's unique key, and a duplicate of a live job
+// counts as delivered.
 package outbox

@@ -39,6 +39,10 @@ type Job struct {
 	// generated. Give one derived from the application's own change (e.g.
 	// "order-42-email") to make enqueueing the same change twice one job.
 	RequestID string
+	// UniqueKey makes the job unique (docs/unique-jobs.md): while a job
+	// with the key is live, the relayed row answers that job instead of
+	// creating another. Empty: not unique.
+	UniqueKey string
 }
 
 // Outbox enqueues into the outbox of one schema. The zero value is not
@@ -64,8 +68,8 @@ func New(schema string) (*Outbox, error) {
 		return nil, err
 	}
 	return &Outbox{insert: `INSERT INTO ` + schema + `.outbox
-  (request_id, queue, kind, payload, metadata, priority, run_at, max_attempts, dependency, concurrency_key)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`}, nil
+  (request_id, queue, kind, payload, metadata, priority, run_at, max_attempts, dependency, concurrency_key, unique_key)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`}, nil
 }
 
 // Enqueue inserts job into the outbox in SchemaDefault, inside tx: the
@@ -132,8 +136,12 @@ func (o *Outbox) args(job Job) ([]any, string, error) {
 	if payload == nil {
 		payload = []byte{}
 	}
+	var uniqueKey *string
+	if job.UniqueKey != "" {
+		uniqueKey = &job.UniqueKey
+	}
 	return []any{job.RequestID, job.Queue, job.Kind, payload, string(mdJSON), job.Priority, runAt,
-		job.MaxAttempts, job.Dependency, job.ConcurrencyKey}, job.RequestID, nil
+		job.MaxAttempts, job.Dependency, job.ConcurrencyKey, uniqueKey}, job.RequestID, nil
 }
 
 // ValidateJob checks job against the coordinator's own rules (package
@@ -146,6 +154,11 @@ func ValidateJob(job Job) error {
 	}
 	if !job.RunAt.IsZero() && job.RunAt.Year() < 1970 {
 		return store.Invalid("job.run_at", "must be after 1970")
+	}
+	if job.UniqueKey != "" {
+		if err := store.ValidateUnique("unique", &store.UniqueOptions{Key: job.UniqueKey}); err != nil {
+			return err
+		}
 	}
 	return store.ValidateSpec("job", store.JobSpec{
 		Queue: job.Queue, Kind: job.Kind, Payload: job.Payload, Metadata: job.Metadata,

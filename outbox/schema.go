@@ -16,7 +16,9 @@ import (
 
 // SchemaVersion is the version of the schema this package installs and
 // writes to.
-const SchemaVersion = 1
+// Version 2 added outbox.unique_key; installing over version 1 upgrades
+// it in place.
+const SchemaVersion = 2
 
 // SchemaDefault is the PostgreSQL schema the outbox lives in unless told
 // otherwise.
@@ -91,20 +93,23 @@ func SchemaSQL(o Options) (string, error) {
 	}
 	var b strings.Builder
 	err := schemaTmpl.Execute(&b, map[string]any{
-		"Version":             SchemaVersion,
-		"Schema":              o.Schema,
-		"Channel":             o.Schema,
-		"NameMaxLen":          store.NameMaxLen,
-		"NameMaxLenMinusOne":  store.NameMaxLen - 1,
-		"MetadataMaxEntries":  store.MetadataMaxEntries,
-		"MetadataKeyMaxLen":   store.MetadataKeyMaxLen,
-		"MetadataValueMaxLen": store.MetadataValueMaxLen,
-		"RequestIDMaxLen":     store.RequestIDMaxLen,
-		"PayloadMaxBytes":     o.PayloadMaxBytes,
-		"PriorityMin":         store.PriorityMin,
-		"PriorityMax":         store.PriorityMax,
-		"RunAtMaxHours":       int(store.RunAfterMax.Hours()) + runAtSlackHours,
-		"MaxAttemptsMax":      store.MaxAttemptsMax,
+		"Version":                SchemaVersion,
+		"Schema":                 o.Schema,
+		"Channel":                o.Schema,
+		"NameMaxLen":             store.NameMaxLen,
+		"NameMaxLenMinusOne":     store.NameMaxLen - 1,
+		"MetadataMaxEntries":     store.MetadataMaxEntries,
+		"MetadataKeyMaxLen":      store.MetadataKeyMaxLen,
+		"MetadataValueMaxLen":    store.MetadataValueMaxLen,
+		"RequestIDMaxLen":        store.RequestIDMaxLen,
+		"PayloadMaxBytes":        o.PayloadMaxBytes,
+		"PriorityMin":            store.PriorityMin,
+		"PriorityMax":            store.PriorityMax,
+		"RunAtMaxHours":          int(store.RunAfterMax.Hours()) + runAtSlackHours,
+		"MaxAttemptsMax":         store.MaxAttemptsMax,
+		"UniqueKeyMaxLen":        store.UniqueKeyMaxLen,
+		"UniqueDerivedPrefix":    store.UniqueDerivedPrefix,
+		"UniqueDerivedPrefixLen": len(store.UniqueDerivedPrefix),
 	})
 	if err != nil {
 		return "", fmt.Errorf("outbox: render schema: %w", err)

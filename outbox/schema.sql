@@ -1,4 +1,4 @@
--- The Leasehold outbox, schema version 1, for the application's
+-- The Leasehold outbox, schema version 2, for the application's
 -- own PostgreSQL (13 or later). Generated from Go constants by
 -- outbox.SchemaSQL: edit schema.sql.tmpl, never the rendered schema.sql.
 --
@@ -97,6 +97,16 @@ CREATE TABLE IF NOT EXISTS leasehold_outbox.outbox_dead (
     dead_at         timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- Version 2: the job's unique key (docs/unique-jobs.md), NULL for none.
+-- While a job with the key is live the coordinator answers that job
+-- instead of creating another, and the relay deletes the row as
+-- delivered. Added by ALTER so that installing over version 1 upgrades
+-- it; store.ValidateUnique's rules for a given key.
+ALTER TABLE leasehold_outbox.outbox ADD COLUMN IF NOT EXISTS unique_key text
+    CONSTRAINT outbox_unique_key_check CHECK (unique_key IS NULL OR (octet_length(unique_key) BETWEEN 1 AND 256
+        AND left(unique_key, 8) <> 'derived:'));
+ALTER TABLE leasehold_outbox.outbox_dead ADD COLUMN IF NOT EXISTS unique_key text;
+
 -- One notification per inserting statement wakes every relay at once;
 -- PostgreSQL folds identical notifications of one transaction into one.
 CREATE OR REPLACE FUNCTION leasehold_outbox.notify_relay() RETURNS trigger
@@ -111,4 +121,4 @@ DROP TRIGGER IF EXISTS outbox_notify_relay ON leasehold_outbox.outbox;
 CREATE TRIGGER outbox_notify_relay AFTER INSERT ON leasehold_outbox.outbox
     FOR EACH STATEMENT EXECUTE FUNCTION leasehold_outbox.notify_relay();
 
-INSERT INTO leasehold_outbox.schema_version (version) VALUES (1) ON CONFLICT DO NOTHING;
+INSERT INTO leasehold_outbox.schema_version (version) VALUES (2) ON CONFLICT DO NOTHING;

@@ -75,6 +75,48 @@ func TestInstallIsIdempotentAndUninstallKeepsWaitingRows(t *testing.T) {
 	}
 }
 
+// Installing over version 1 (no unique_key) upgrades it in place: the
+// waiting rows stay, and the column is there.
+func TestInstallUpgradesVersion1(t *testing.T) {
+	t.Parallel()
+	conn, schema := setup(t)
+	ctx := ctxT(t)
+	opts := outbox.Options{Schema: schema}
+	if err := outbox.Install(ctx, conn, opts); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 1's tables.
+	if _, err := conn.Exec(ctx, `ALTER TABLE `+schema+`.outbox DROP COLUMN unique_key;
+		ALTER TABLE `+schema+`.outbox_dead DROP COLUMN unique_key;
+		DELETE FROM `+schema+`.schema_version;
+		INSERT INTO `+schema+`.schema_version (version) VALUES (1);
+		INSERT INTO `+schema+`.outbox (request_id, queue, kind) VALUES ('waiting', 'q', 'k')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Install(ctx, conn, opts); err != nil {
+		t.Fatalf("install over version 1: %v", err)
+	}
+	if v, err := outbox.InstalledVersion(ctx, conn, schema); err != nil || v != outbox.SchemaVersion {
+		t.Fatalf("version = %d, %v; want %d", v, err, outbox.SchemaVersion)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.outbox WHERE request_id = 'waiting' AND unique_key IS NULL`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the waiting row after the upgrade: %d, %v", n, err)
+	}
+	if _, err := outbox.New(schema); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	ob, _ := outbox.New(schema)
+	if _, err := ob.Enqueue(ctx, tx, outbox.Job{Queue: "q", Kind: "k", UniqueKey: "u-1"}); err != nil {
+		t.Fatalf("enqueue with a unique key after the upgrade: %v", err)
+	}
+}
+
 func TestSchemaNamesAreIdentifiersOnly(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "public", "pg_x", "a;drop", "A", "1a", strings.Repeat("a", 64)} {
@@ -145,6 +187,10 @@ func TestConstraintsRefuseWhatTheCoordinatorRefuses(t *testing.T) {
 			{"request id too long", "request_id", strings.Repeat("r", store.RequestIDMaxLen+1), false},
 			{"empty request id", "request_id", "", false},
 			{"concurrency key too long", "concurrency_key", strings.Repeat("c", store.NameMaxLen+1), false},
+			{"unique key at max", "unique_key", strings.Repeat("u", store.UniqueKeyMaxLen), true},
+			{"unique key too long", "unique_key", strings.Repeat("u", store.UniqueKeyMaxLen+1), false},
+			{"empty unique key", "unique_key", "", false},
+			{"a derived unique key", "unique_key", store.UniqueDerivedPrefix + "x", false},
 			{"metadata entries at max", "metadata", metadataJSON(store.MetadataMaxEntries, "v"), true},
 			{"too many metadata entries", "metadata", metadataJSON(store.MetadataMaxEntries+1, "v"), false},
 			{"metadata value too long", "metadata", metadataJSON(1, strings.Repeat("v", store.MetadataValueMaxLen+1)), false},

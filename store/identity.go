@@ -167,6 +167,12 @@ const (
 	// AuditAuthenticationFailures is the coordinator's summary of refused
 	// authentications (no caller: the coordinator is the actor).
 	AuditAuthenticationFailures AuditAction = "authentication_failures"
+	AuditScheduleCreated        AuditAction = "schedule_created"
+	AuditScheduleUpdated        AuditAction = "schedule_updated"
+	AuditScheduleDeleted        AuditAction = "schedule_deleted"
+	AuditSchedulePaused         AuditAction = "schedule_paused"
+	AuditScheduleResumed        AuditAction = "schedule_resumed"
+	AuditScheduleTriggered      AuditAction = "schedule_triggered"
 )
 
 // AuditEvent is one recorded operator action.

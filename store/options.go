@@ -29,6 +29,12 @@ type EngineOptions struct {
 	// when the next batch has gathered, without sleeping; production leaves
 	// it nil.
 	Queued func(committer string, queued int)
+	// UniqueHeld, when set, runs inside a create's transaction each time
+	// an insert of unique jobs found keys held, before the holders are
+	// read, with the keys (PostgreSQL; SQLite's single writer leaves no
+	// gap between the two). It exists so that tests can finish a holder
+	// in that gap; production leaves it nil.
+	UniqueHeld func(keys []string)
 	// Commits reports every group commit (a metric and a span per flush).
 	// The zero value reports nothing.
 	Commits CommitTelemetry

@@ -9,6 +9,8 @@ type CreateRequest struct {
 	Spec JobSpec
 	// RequestID is the producer's idempotency key; empty means none.
 	RequestID string
+	// Unique makes the job unique (unique.go); nil: it is not.
+	Unique *UniqueOptions
 }
 
 // CreateJobsParams creates jobs in one transaction.
@@ -27,6 +29,9 @@ type CreateResult struct {
 	// Replayed is true when the request matched an earlier equivalent one
 	// and Job is that request's job.
 	Replayed bool
+	// Duplicate is true when the request was unique, its key was held
+	// (by a live job, or within its period) and Job is the holder.
+	Duplicate bool
 }
 
 // ListJobsParams filters and pages jobs.
@@ -293,4 +298,6 @@ type PruneParams struct {
 type PruneResult struct {
 	Jobs               int64
 	IdempotencyRecords int64
+	// UniqueKeys counts the expired unique-key period records removed.
+	UniqueKeys int64
 }

@@ -137,6 +137,9 @@ func ValidateCreate(p CreateJobsParams) error {
 		if err := ValidateSpec(prefix+"job", r.Spec); err != nil {
 			return err
 		}
+		if err := ValidateUnique(prefix+"unique", r.Unique); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -62,6 +62,10 @@ type CreateOptions struct {
 	// ConcurrencyKey groups the job for the queue's per-key limits (e.g. a
 	// customer id).
 	ConcurrencyKey string
+	// Unique makes the job unique (docs/unique-jobs.md): while a job with
+	// its key is live (or within its period) the create answers that job
+	// instead of making another; CreateJob's answer says so (duplicate).
+	Unique *leaseholdv1.UniqueOptions
 }
 
 // Create submits one job and reports whether it is a replay of an earlier
@@ -69,6 +73,17 @@ type CreateOptions struct {
 // injected into the job's metadata with the W3C trace-context format, so
 // the worker's handler span links to it.
 func (c *Client) Create(ctx context.Context, queue, kind string, payload []byte, opts *CreateOptions) (job *leaseholdv1.Job, replayed bool, err error) {
+	resp, err := c.CreateJob(ctx, queue, kind, payload, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	return resp.GetJob(), resp.GetReplayed(), nil
+}
+
+// CreateJob is Create with the whole answer: the job, whether it is a
+// replay of an earlier create with the same RequestID, and whether it is
+// the existing job that holds the unique key (duplicate).
+func (c *Client) CreateJob(ctx context.Context, queue, kind string, payload []byte, opts *CreateOptions) (*leaseholdv1.CreateJobResponse, error) {
 	if opts == nil {
 		opts = &CreateOptions{}
 	}
@@ -88,11 +103,11 @@ func (c *Client) Create(ctx context.Context, queue, kind string, payload []byte,
 	if opts.RunAfter != 0 {
 		spec.RunAfter = durationpb.New(opts.RunAfter)
 	}
-	resp, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec, RequestId: opts.RequestID})
+	resp, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: spec, RequestId: opts.RequestID, Unique: opts.Unique})
 	if err != nil {
-		return nil, false, fmt.Errorf("leasehold: create %s job on queue %q: %w", kind, queue, err)
+		return nil, fmt.Errorf("leasehold: create %s job on queue %q: %w", kind, queue, err)
 	}
-	return resp.GetJob(), resp.GetReplayed(), nil
+	return resp, nil
 }
 
 // BatchCreate submits up to 1,000 jobs in one transaction (all or none).

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/worker"
@@ -36,12 +40,15 @@ func (c *cli) jobCreateCommand() *cobra.Command {
 		payloadStdin                      bool
 		opts                              worker.CreateOptions
 		meta                              []string
+		unique                            uniqueFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create --queue Q --kind K [--payload S | --payload-file F | --payload-stdin]",
 		Short: "Create a job",
-		Long:  "Create a job. With --request-id the create is idempotent: repeating it returns the original job.",
-		Args:  positional(),
+		Long: "Create a job. With --request-id the create is idempotent: repeating it returns the original job.\n" +
+			"With --unique-key or --unique-by-meta it is unique: while a job with the key is live (or within\n" +
+			"--unique-period) the create answers that job (Duplicate: yes), or fails with --unique-fail.",
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if queue == "" || kind == "" {
 				return usagef("--queue and --kind are required")
@@ -62,20 +69,26 @@ func (c *cli) jobCreateCommand() *cobra.Command {
 			if opts.RunAfter < 0 {
 				return usagef("--run-after must not be negative")
 			}
+			if opts.Unique, err = unique.options(); err != nil {
+				return usagef("%v", err)
+			}
 			body, err := c.readPayload(payload, payloadFile, payloadStdin)
 			if err != nil {
 				return err
 			}
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
-				job, replayed, err := client.Create(ctx, queue, kind, body, &opts)
+				resp, err := client.CreateJob(ctx, queue, kind, body, &opts)
 				if err != nil {
 					return err
 				}
-				pairs := jobFields(job)
-				if replayed {
+				pairs := jobFields(resp.GetJob())
+				switch {
+				case resp.GetReplayed():
 					pairs = append([][2]string{{"Replayed", "yes: this request id was used before; nothing new was created"}}, pairs...)
+				case resp.GetDuplicate():
+					pairs = append([][2]string{{"Duplicate", "yes: this job holds the unique key; nothing new was created"}}, pairs...)
 				}
-				return out.show(&leaseholdv1.CreateJobResponse{Job: job, Replayed: replayed}, pairs)
+				return out.show(resp, pairs)
 			})
 		},
 	}
@@ -92,7 +105,42 @@ func (c *cli) jobCreateCommand() *cobra.Command {
 	fs.StringArrayVar(&meta, "meta", nil, "metadata `key=value`; repeatable")
 	fs.StringVar(&opts.Dependency, "dependency", "", "external dependency the job needs (circuit breakers)")
 	fs.StringVar(&opts.ConcurrencyKey, "concurrency-key", "", "group for the queue's per-key limits (e.g. a customer id)")
+	unique.register(fs)
 	return cmd
+}
+
+// uniqueFlags are job create's unique-job flags.
+type uniqueFlags struct {
+	key    string
+	byMeta []string
+	period time.Duration
+	fail   bool
+}
+
+func (u *uniqueFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&u.key, "unique-key", "", "unique key: while a job with it is live, answer that job instead")
+	fs.StringArrayVar(&u.byMeta, "unique-by-meta", nil, "derive the unique key from the kind and this metadata `key`'s value; repeatable")
+	fs.DurationVar(&u.period, "unique-period", 0, "hold the unique key this long after the job's creation, finished or not")
+	fs.BoolVar(&u.fail, "unique-fail", false, "fail (ALREADY_EXISTS) instead of answering the job that holds the key")
+}
+
+// options are the flags as the request's unique options; nil when no
+// unique flag is set.
+func (u *uniqueFlags) options() (*leaseholdv1.UniqueOptions, error) {
+	if u.key == "" && len(u.byMeta) == 0 {
+		if u.period != 0 || u.fail {
+			return nil, errors.New("--unique-period and --unique-fail need --unique-key or --unique-by-meta")
+		}
+		return nil, nil
+	}
+	o := &leaseholdv1.UniqueOptions{Key: u.key, ByMetadataKeys: u.byMeta}
+	if u.period != 0 {
+		o.Period = durationpb.New(u.period)
+	}
+	if u.fail {
+		o.OnConflict = leaseholdv1.UniqueOptions_ON_CONFLICT_FAIL
+	}
+	return o, nil
 }
 
 // readPayload returns the payload from the one source given.

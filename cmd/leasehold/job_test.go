@@ -52,6 +52,34 @@ func TestJobCommands(t *testing.T) {
 			"job", "create", "--queue", "mail", "--kind", "send", "--payload", "different", "--request-id", "req-1")
 	})
 
+	t.Run("create with unique flags answers the holder, or fails with --unique-fail", func(t *testing.T) {
+		var first, dup leaseholdv1.CreateJobResponse
+		h.json(&first, "job", "create", "--queue", "uniq", "--kind", "sync", "--meta", "customer=c1", "--payload", "a",
+			"--unique-by-meta", "customer")
+		h.json(&dup, "job", "create", "--queue", "uniq", "--kind", "sync", "--meta", "customer=c1", "--payload", "b",
+			"--unique-by-meta", "customer")
+		if first.GetDuplicate() || !dup.GetDuplicate() || dup.GetJob().GetId() != first.GetJob().GetId() {
+			t.Fatalf("first duplicate=%v; second duplicate=%v id %s, want the first %s",
+				first.GetDuplicate(), dup.GetDuplicate(), dup.GetJob().GetId(), first.GetJob().GetId())
+		}
+		r := h.ok("job", "create", "--queue", "uniq", "--kind", "sync", "--meta", "customer=c1", "--unique-by-meta", "customer")
+		if !strings.Contains(r.stdout, "Duplicate:") || !strings.Contains(r.stdout, first.GetJob().GetId()) {
+			t.Errorf("table output of a duplicate:\n%s", r.stdout)
+		}
+		h.fail(exitFail, []string{"ALREADY_EXISTS", "UNIQUE_CONFLICT"},
+			"job", "create", "--queue", "uniq", "--kind", "sync", "--meta", "customer=c1", "--unique-by-meta", "customer", "--unique-fail")
+		var p1, p2 leaseholdv1.CreateJobResponse
+		h.json(&p1, "job", "create", "--queue", "uniq", "--kind", "digest", "--unique-key", "d-1", "--unique-period", "1h")
+		h.ok("job", "cancel", p1.GetJob().GetId())
+		h.json(&p2, "job", "create", "--queue", "uniq", "--kind", "digest", "--unique-key", "d-1", "--unique-period", "1h")
+		if !p2.GetDuplicate() || p2.GetJob().GetId() != p1.GetJob().GetId() {
+			t.Errorf("within --unique-period after a cancel: duplicate=%v id %s, want %s", p2.GetDuplicate(), p2.GetJob().GetId(), p1.GetJob().GetId())
+		}
+		h.fail(exitUsage, []string{"--unique-period and --unique-fail need"}, "job", "create", "--queue", "uniq", "--kind", "k", "--unique-fail")
+		h.fail(exitFail, []string{"INVALID_ARGUMENT", "unique.period"},
+			"job", "create", "--queue", "uniq", "--kind", "k", "--unique-key", "x", "--unique-period", "1ms")
+	})
+
 	t.Run("create reads the payload from a file or stdin", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "payload.bin")
 		if err := os.WriteFile(path, []byte{0, 1, 2, 0xff}, 0o600); err != nil {

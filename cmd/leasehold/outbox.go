@@ -225,6 +225,9 @@ func (c *cli) runRelay(ctx context.Context, f *relayFlags) error {
 		return fmt.Errorf("connect to the outbox database: %w", err)
 	}
 	defer pool.Close()
+	if err := checkOutboxVersion(ctx, pool, f.outbox.schema); err != nil {
+		return err
+	}
 	conn, err := c.dial()
 	if err != nil {
 		return err
@@ -295,4 +298,24 @@ func startRelayHTTP(ctx context.Context, log *slog.Logger, addr string, r *relay
 		}
 		<-done
 	}, nil
+}
+
+// checkOutboxVersion refuses to relay from an outbox older than this
+// binary's (its claim reads columns an older schema lacks): install
+// upgrades it in place.
+func checkOutboxVersion(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the outbox database: %w", err)
+	}
+	defer conn.Release()
+	v, err := outbox.InstalledVersion(ctx, conn.Conn(), schema)
+	if err != nil {
+		return err
+	}
+	if v < outbox.SchemaVersion {
+		return fmt.Errorf("the outbox in schema %s is at version %d, this relay needs %d: run leasehold outbox install (it upgrades in place, keeping waiting rows)",
+			schema, v, outbox.SchemaVersion)
+	}
+	return nil
 }

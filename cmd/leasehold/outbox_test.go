@@ -43,6 +43,10 @@ func TestOutboxInstallAndUninstall(t *testing.T) {
 	if r := runCLI(t, "outbox", "uninstall", "--database-url", url, "--schema", schema, "--force"); r.code != 0 {
 		t.Fatalf("uninstall --force: %+v", r)
 	}
+	// A relay refuses an outbox older than its own (here: none at all).
+	if r := runCLI(t, "relay", "--source-database-url", url, "--schema", schema); r.code != 1 || !strings.Contains(r.stderr, "run leasehold outbox install") {
+		t.Fatalf("relay from a missing outbox: %+v", r)
+	}
 	if r := runCLI(t, "outbox", "install", "--schema", schema); r.code != 2 || !strings.Contains(r.stderr, "--database-url is required") {
 		t.Fatalf("install without a URL: %+v", r)
 	}

@@ -104,9 +104,10 @@ func (p *Pruner) runOnce(ctx context.Context) (store.PruneResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if res.Jobs > 0 || res.IdempotencyRecords > 0 {
+	if res.Jobs > 0 || res.IdempotencyRecords > 0 || res.UniqueKeys > 0 {
 		p.log.InfoContext(ctx, "retention pruned",
-			slog.Int64("jobs", res.Jobs), slog.Int64("idempotency_records", res.IdempotencyRecords))
+			slog.Int64("jobs", res.Jobs), slog.Int64("idempotency_records", res.IdempotencyRecords),
+			slog.Int64("unique_keys", res.UniqueKeys))
 	}
 	return res, nil
 }

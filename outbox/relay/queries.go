@@ -9,8 +9,8 @@ func newQueries(schema string) queries {
 	ob := schema + ".outbox"
 	return queries{
 		// The claim: the oldest rows no other worker holds.
-		claim: `SELECT id, request_id, queue, kind, payload, metadata, priority, run_at, max_attempts, dependency, concurrency_key
-  FROM ` + ob + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+		claim: `SELECT id, request_id, queue, kind, payload, metadata, priority, run_at, max_attempts, dependency, concurrency_key,
+  unique_key FROM ` + ob + ` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
 		// remove deletes relayed rows and returns each one's lag: from its
 		// insert to now, on the database's clock.
 		remove: `DELETE FROM ` + ob + ` WHERE id = ANY($1::bigint[])
@@ -22,9 +22,9 @@ func newQueries(schema string) queries {
   RETURNING o.*, r.code, r.message
 )
 INSERT INTO ` + schema + `.outbox_dead (id, request_id, queue, kind, payload, metadata, priority, run_at,
-  max_attempts, dependency, concurrency_key, created_at, error_code, error_message)
+  max_attempts, dependency, concurrency_key, unique_key, created_at, error_code, error_message)
 SELECT id, request_id, queue, kind, payload, metadata, priority, run_at,
-  max_attempts, dependency, concurrency_key, created_at, code, message FROM moved
+  max_attempts, dependency, concurrency_key, unique_key, created_at, code, message FROM moved
 ON CONFLICT (id) DO UPDATE SET error_code = excluded.error_code, error_message = excluded.error_message, dead_at = excluded.dead_at`,
 		stats: `SELECT count(*),
   coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8,

@@ -377,9 +377,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]*item, error) {
 			spec  leaseholdv1.JobSpec
 			reqID string
 			runAt *time.Time
+			key   *string
 		)
 		if err := row.Scan(&it.id, &reqID, &spec.Queue, &spec.Kind, &spec.Payload, &spec.Metadata,
-			&spec.Priority, &runAt, &spec.MaxAttempts, &spec.Dependency, &spec.ConcurrencyKey); err != nil {
+			&spec.Priority, &runAt, &spec.MaxAttempts, &spec.Dependency, &spec.ConcurrencyKey, &key); err != nil {
 			return nil, err
 		}
 		if len(spec.GetMetadata()) == 0 {
@@ -389,6 +390,10 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]*item, error) {
 			spec.RunAt = timestamppb.New(*runAt)
 		}
 		it.req = &leaseholdv1.CreateJobRequest{Job: &spec, RequestId: reqID}
+		if key != nil {
+			// A duplicate is delivered: the job it answers exists.
+			it.req.Unique = &leaseholdv1.UniqueOptions{Key: *key}
+		}
 		it.size = proto.Size(it.req)
 		return &it, nil
 	})

@@ -403,3 +403,32 @@ func TestStopFinishesTheRoundInFlight(t *testing.T) {
 		t.Fatalf("jobs = %d, want 20", got)
 	}
 }
+
+// TestUniqueKeysAreRelayed: rows with a unique key become unique jobs; a
+// second row with the key of a live job answers that job (it is delivered,
+// not refused): two rows, one job, an empty outbox and no dead rows.
+func TestUniqueKeysAreRelayed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := ctxT(t, time.Minute)
+	for i := range 2 {
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			_, err := e.ob.Enqueue(ctx, tx, outbox.Job{Queue: "uniq", Kind: "k", Payload: fmt.Appendf(nil, "p%d", i), UniqueKey: "order-42"})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.relay(t, relay.Config{})
+	r.Start(ctx)
+	t.Cleanup(r.Stop)
+	waitFor(ctx, t, "an empty outbox", func() bool { return e.depth(ctx, t) == 0 })
+	if got := e.count(ctx, t, `SELECT count(*) FROM jobs WHERE queue = 'uniq' AND unique_key = 'order-42'`); got != 1 {
+		t.Fatalf("jobs with the key = %d, want 1", got)
+	}
+	var dead int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.schema+`.outbox_dead`).Scan(&dead); err != nil || dead != 0 {
+		t.Fatalf("dead rows = %d (%v), want 0", dead, err)
+	}
+}

@@ -65,7 +65,16 @@ func (s *Store) create(ctx context.Context, p store.CreateJobsParams, claims []s
 	if err := store.ValidateCreate(p); err != nil {
 		return nil, nil, err
 	}
-	res, err := s.creates.Do(ctx, createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault), handoff: claims})
+	call := createCall{p: p, window: cmp.Or(p.IdempotencyWindow, store.IdempotencyWindowDefault), handoff: claims}
+	var (
+		res []createAnswer
+		err error
+	)
+	if hasUnique(p) {
+		res, err = s.createAlone(ctx, call)
+	} else {
+		res, err = s.creates.Do(ctx, call)
+	}
 	if errors.Is(err, groupcommit.ErrClosed) {
 		return nil, nil, fmt.Errorf("%w: the store is closed", store.ErrUnavailable)
 	}
@@ -93,9 +102,58 @@ func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAn
 	var out []createAnswer
 	err := s.withLazyTx(ctx, "create", func(tx *lazyTx) error {
 		var err error
-		out, err = s.createCalls(ctx, tx, calls)
+		out, err = s.createCalls(ctx, tx, calls, nil)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// errCallRefused rolls back the transaction of a call created alone
+// whose answer is a refusal.
+var errCallRefused = errors.New("the call was refused")
+
+// hasUnique reports whether any request of p is unique.
+func hasUnique(p store.CreateJobsParams) bool {
+	for _, r := range p.Requests {
+		if r.Unique != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// createAlone creates a call with unique requests in a transaction of its
+// own, outside the create committer: whether such a call is refused
+// (ErrUniqueConflict) is known only once its jobs are inserted, and a
+// refused call must leave nothing, so its transaction rolls back.
+func (s *Store) createAlone(ctx context.Context, c createCall) ([]createAnswer, error) {
+	// The policies are read before the transaction takes its connection:
+	// many such calls at once must not hold every connection of the pool
+	// while each waits for another one to read policies.
+	calls := []createCall{c}
+	policies, err := s.callPolicies(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out     []createAnswer
+		refused bool
+	)
+	err = s.withLazyTx(ctx, "create", func(tx *lazyTx) error {
+		var err error
+		out, err = s.createCalls(ctx, tx, calls, policies)
+		refused = err == nil && out[0].err != nil
+		if refused {
+			return errCallRefused
+		}
+		return err
+	})
+	if refused {
+		return []createAnswer{{err: out[0].err}}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -107,26 +165,37 @@ type pendingCreate struct {
 	call, idx int
 	key       string // request id, "" when none
 	fp        string
+	uq        store.UniqueRequest
 	job       *store.Job
 	event     store.NewEvent
 }
 
-func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall) ([]createAnswer, error) {
-	var dbNow time.Time
-	if err := tx.QueryRow(ctx, qNow).Scan(&dbNow); err != nil {
-		return nil, err
-	}
+// callPolicies reads the policies of the calls' queues (through the
+// policy cache, which may use another connection of the pool).
+func (s *Store) callPolicies(ctx context.Context, calls []createCall) (map[store.QueueRef]store.QueuePolicy, error) {
 	var refs []store.QueueRef
 	for _, c := range calls {
 		for _, r := range c.p.Requests {
 			refs = append(refs, store.QueueRef{Tenant: c.p.Tenant, Queue: r.Spec.Queue})
 		}
 	}
-	policies, err := s.policies.Get(ctx, slices.Compact(slices.SortedFunc(slices.Values(refs), func(a, b store.QueueRef) int {
+	return s.policies.Get(ctx, slices.Compact(slices.SortedFunc(slices.Values(refs), func(a, b store.QueueRef) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue))
 	})))
-	if err != nil {
+}
+
+// createCalls creates the calls in the open transaction; policies are
+// their queues' (callPolicies), nil to read them here.
+func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall, policies map[store.QueueRef]store.QueuePolicy) ([]createAnswer, error) {
+	var dbNow time.Time
+	if err := tx.QueryRow(ctx, qNow).Scan(&dbNow); err != nil {
 		return nil, err
+	}
+	if policies == nil {
+		var err error
+		if policies, err = s.callPolicies(ctx, calls); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]createAnswer, len(calls))
 	h := newHandoff(calls, policies)
@@ -170,13 +239,14 @@ func (s *Store) createCalls(ctx context.Context, tx *lazyTx, calls []createCall)
 	return out, nil
 }
 
-// createPass creates the requests of the calls idx (whose request ids do
-// not clash with each other's) in the open transaction, and fills their
-// answers.
-func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, idx []int, dbNow time.Time,
-	policies map[store.QueueRef]store.QueuePolicy, h *handoff, out []createAnswer) error {
-	var all []*pendingCreate
-	replayOf := map[*pendingCreate]*pendingCreate{} // within one call, a repeated key
+// pendingCreates decides the jobs of the calls idx: the requests that
+// create (all), those that repeat an earlier request id of their call
+// (replayOf) and those that repeat an earlier unique key (dupOf). A call
+// refused already gets its answer in out.
+func (s *Store) pendingCreates(calls []createCall, idx []int, dbNow time.Time, policies map[store.QueueRef]store.QueuePolicy,
+	out []createAnswer) (all []*pendingCreate, replayOf, dupOf map[*pendingCreate]*pendingCreate, err error) {
+	replayOf = map[*pendingCreate]*pendingCreate{} // within one call, a repeated key
+	dupOf = map[*pendingCreate]*pendingCreate{}    // within one call, a repeated unique key
 	for _, ci := range idx {
 		c := calls[ci]
 		now := dbNow
@@ -184,9 +254,16 @@ func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, 
 			now = c.p.Now
 		}
 		out[ci].results = make([]store.CreateResult, len(c.p.Requests))
+		plan, err := store.PlanUnique(c.p.Requests)
+		if err != nil {
+			out[ci] = createAnswer{err: err}
+			continue
+		}
 		byKey := map[string]*pendingCreate{}
+		byIdx := make([]*pendingCreate, len(c.p.Requests))
 		for i, r := range c.p.Requests {
-			pc := &pendingCreate{call: ci, idx: i, key: r.RequestID}
+			pc := &pendingCreate{call: ci, idx: i, key: r.RequestID, uq: plan[i]}
+			byIdx[i] = pc
 			if r.RequestID != "" {
 				pc.fp = store.Fingerprint(r.Spec)
 				if prev, ok := byKey[r.RequestID]; ok {
@@ -199,13 +276,30 @@ func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, 
 				}
 				byKey[r.RequestID] = pc
 			}
+			if first := plan[i].First; first >= 0 {
+				// Answered with the first's job; it takes no request id.
+				dupOf[pc] = byIdx[first]
+				continue
+			}
 			id, err := s.newID()
 			if err != nil {
-				return err
+				return nil, nil, nil, err
 			}
 			pc.job, pc.event = store.DecideCreate(policies[store.QueueRef{Tenant: c.p.Tenant, Queue: r.Spec.Queue}], c.p.Tenant, id, r.Spec, now)
 			all = append(all, pc)
 		}
+	}
+	return all, replayOf, dupOf, nil
+}
+
+// createPass creates the requests of the calls idx (whose request ids do
+// not clash with each other's) in the open transaction, and fills their
+// answers.
+func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, idx []int, dbNow time.Time,
+	policies map[store.QueueRef]store.QueuePolicy, h *handoff, out []createAnswer) error {
+	all, replayOf, dupOf, err := s.pendingCreates(calls, idx, dbNow, policies, out)
+	if err != nil {
+		return err
 	}
 	alive := func(pc *pendingCreate) bool { return out[pc.call].err == nil }
 
@@ -258,18 +352,44 @@ func (s *Store) createPass(ctx context.Context, tx *lazyTx, calls []createCall, 
 		inserts = append(inserts, pc)
 		out[pc.call].results[pc.idx] = store.CreateResult{Job: pc.job}
 	}
+	if err := s.insertAll(ctx, tx, calls, inserts, dbNow, h, out); err != nil {
+		return err
+	}
+	// A repeat answers its first's job; a first may itself be a repeat
+	// of the other kind, hence the second round of unique repeats.
+	answerDups := func() {
+		for pc, first := range dupOf {
+			if alive(pc) {
+				out[pc.call].results[pc.idx] = store.CreateResult{Job: out[first.call].results[first.idx].Job, Duplicate: true}
+			}
+		}
+	}
+	answerDups()
 	for pc, first := range replayOf {
 		if alive(pc) {
 			out[pc.call].results[pc.idx] = store.CreateResult{Job: out[first.call].results[first.idx].Job, Replayed: true}
 		}
 	}
+	answerDups()
 	for i := range out {
 		if out[i].err != nil {
 			out[i].results = nil
 		}
 	}
+	return nil
+}
+
+// insertAll inserts the new jobs: set-based in one round trip, or, when
+// some are unique, as insertUnique says.
+func (s *Store) insertAll(ctx context.Context, tx *lazyTx, calls []createCall, inserts []*pendingCreate, dbNow time.Time,
+	h *handoff, out []createAnswer) error {
 	if len(inserts) == 0 {
 		return nil
+	}
+	for _, pc := range inserts {
+		if pc.uq.Key != "" {
+			return s.insertUnique(ctx, tx, calls, inserts, dbNow, h, out)
+		}
 	}
 	return s.insertJobs(ctx, tx, inserts, h)
 }
@@ -398,6 +518,30 @@ func (s *Store) releaseKeys(ctx context.Context, tx *lazyTx, calls []createCall,
 // queues one notification per queue (but for the queues a handoff claims
 // from, which notify after their claims), in one round trip.
 func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCreate, h *handoff) error {
+	args, data, err := insertArgs(inserts)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(qInsertJobs, args[:13]...)
+	b.Queue(qInsertQueuedEvents, args[0], args[1], args[8], data)
+	wake := s.queueNotifications(b, inserts, h)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return duplicateIDError(err)
+	}
+	for range 1 + wake {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return br.Close()
+}
+
+// insertArgs are the arrays qInsertJobs and qInsertUniqueJobs take ($1 to
+// $14: the unique keys last), and the QUEUED events' data.
+func insertArgs(inserts []*pendingCreate) ([]any, []string, error) {
 	n := len(inserts)
 	var (
 		tenants, ids, queues, kinds, metas, deps, data = make([]string, n), make([]string, n), make([]string, n),
@@ -405,25 +549,28 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCr
 		payloads                      = make([][]byte, n)
 		priorities, maxAttempts       = make([]int32, n), make([]int32, n)
 		created, available, deadlines = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-		notified                      = map[store.QueueRef]bool{}
-		b                             = &pgx.Batch{}
-		ckeys                         = make([]string, n)
+		ckeys, ukeys                  = make([]string, n), make([]string, n)
 	)
 	for i, pc := range inserts {
 		j := pc.job
 		md, err := metadataJSON(j.Metadata)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		tenants[i], ids[i], queues[i], kinds[i], metas[i], deps[i] = j.Tenant, j.ID, j.Queue, j.Kind, md, j.Dependency
 		payloads[i], priorities[i], maxAttempts[i] = blobArg(j.Payload), j.Priority, j.MaxAttempts
 		created[i], available[i], deadlines[i] = j.CreatedAt, j.AvailableAt, j.RetryDeadline
-		data[i], ckeys[i] = pc.event.Data, j.ConcurrencyKey
+		data[i], ckeys[i], ukeys[i] = pc.event.Data, j.ConcurrencyKey, pc.uq.Key
 	}
-	b.Queue(qInsertJobs, tenants, ids, queues, kinds, payloads, metas, priorities, maxAttempts,
-		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps, ckeys)
-	b.Queue(qInsertQueuedEvents, tenants, ids, nowArgs(created), data)
-	var wake []store.QueueRef
+	return []any{tenants, ids, queues, kinds, payloads, metas, priorities, maxAttempts,
+		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps, ckeys, ukeys}, data, nil
+}
+
+// queueNotifications queues on b one notification per queue of inserts
+// (but for the queues a handoff claims from, which notify after their
+// claims) and returns how many it queued.
+func (s *Store) queueNotifications(b *pgx.Batch, inserts []*pendingCreate, h *handoff) int {
+	notified := map[store.QueueRef]bool{}
 	for _, pc := range inserts {
 		q := store.QueueRef{Tenant: pc.job.Tenant, Queue: pc.job.Queue}
 		if h.defers(q) {
@@ -432,25 +579,20 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCr
 		}
 		if !notified[q] {
 			notified[q] = true
-			wake = append(wake, q)
 			b.Queue(qNotify, s.channel, encodeNotification(q.Tenant, q.Queue))
 		}
 	}
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == jobsPrimaryKey {
-			return engineErrorf("the id generator returned an id that a job already has; nothing was created")
-		}
-		return err
+	return len(notified)
+}
+
+// duplicateIDError names the id generator when an insert hit the primary
+// key.
+func duplicateIDError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == jobsPrimaryKey {
+		return engineErrorf("the id generator returned an id that a job already has; nothing was created")
 	}
-	for range 1 + len(wake) {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-	}
-	return br.Close()
+	return err
 }
 
 func conflictError(i, n int) error {

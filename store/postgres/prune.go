@@ -18,7 +18,7 @@ const pruneBatchSizeMax = 10_000
 // tenants, with their idempotency records (counted in IdempotencyRecords),
 // events, attempts, checkpoints and effects. Batches
 // repeat until one comes back short; then expired idempotency records go
-// the same way.
+// the same way, and then expired unique-key period records.
 func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResult, error) {
 	var res store.PruneResult
 	if p.BatchSize < 0 {
@@ -51,6 +51,21 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			return res, err
 		}
 		res.IdempotencyRecords += n
+		if n < int64(batch) {
+			break
+		}
+	}
+	for {
+		var n int64
+		err := s.withTx(ctx, "prune", func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, qPruneUniqueKeys, nowArg(p.Now), batch)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+		res.UniqueKeys += n
 		if n < int64(batch) {
 			break
 		}

@@ -314,7 +314,7 @@ func (s *Store) TriggerSchedule(ctx context.Context, p store.TriggerSchedulePara
 		}
 		req, run := store.PlanTrigger(sc, p, now)
 		answers, err := s.createCalls(ctx, tx, []createCall{{p: store.CreateJobsParams{Tenant: sc.Tenant, Requests: []store.CreateRequest{req}, Now: p.Now},
-			window: cmpWindow(p.IdempotencyWindow)}})
+			window: cmpWindow(p.IdempotencyWindow)}}, nil)
 		if err != nil {
 			return err
 		}
@@ -391,7 +391,7 @@ func (s *Store) FireDueSchedules(ctx context.Context, p store.FireSchedulesParam
 		}
 		var answers []createAnswer
 		if len(calls) > 0 {
-			if answers, err = s.createCalls(ctx, tx, calls); err != nil {
+			if answers, err = s.createCalls(ctx, tx, calls, nil); err != nil {
 				return err
 			}
 		}

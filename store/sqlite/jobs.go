@@ -84,7 +84,7 @@ func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any)
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
 		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
-		j.replayOf, j.dependency, j.concurrencyKey)
+		j.replayOf, j.dependency, j.concurrencyKey, nil)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
 	}
@@ -142,7 +142,7 @@ func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAn
 			wake := len(tx.wake)
 			results, err := s.createCall(ctx, tx, c)
 			switch {
-			case errors.Is(err, store.ErrIdempotencyConflict):
+			case errors.Is(err, store.ErrIdempotencyConflict), errors.Is(err, store.ErrUniqueConflict):
 				if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_call"); rerr != nil {
 					return rerr
 				}
@@ -178,6 +178,10 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 	}
 	batchKeys := make(map[string]seen)
 	policies := make(map[string]*store.QueuePolicy)
+	plan, err := store.PlanUnique(p.Requests)
+	if err != nil {
+		return nil, err
+	}
 	for i, r := range p.Requests {
 		fp := store.Fingerprint(r.Spec)
 		if r.RequestID != "" {
@@ -198,6 +202,21 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 				continue
 			}
 		}
+		if u := plan[i]; u.First >= 0 {
+			results[i] = store.CreateResult{Job: results[u.First].Job, Duplicate: true}
+			continue
+		} else if u.Key != "" {
+			holder, err := uniqueHolder(ctx, tx, p.Tenant, u, now)
+			if err != nil {
+				return nil, fmt.Errorf("requests[%d]: %w", i, err)
+			}
+			if holder != nil {
+				if results[i], err = store.DecideUniqueHeld(u, i, len(p.Requests), holder); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		pol, ok := policies[r.Spec.Queue]
 		if !ok {
 			var err error
@@ -207,8 +226,14 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 			policies[r.Spec.Queue] = pol
 		}
 		job, ev := store.DecideCreate(*pol, p.Tenant, s.opts.NewID(), r.Spec, now)
-		if err := insertJob(ctx, tx, job, ev); err != nil {
+		if err := insertJob(ctx, tx, job, ev, plan[i].Key); err != nil {
 			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		if plan[i].Period > 0 {
+			expires := now.Add(plan[i].Period).Truncate(time.Microsecond)
+			if _, err := tx.ExecContext(ctx, qPutUniqueKey, p.Tenant, plan[i].Key, job.ID, micros(expires)); err != nil {
+				return nil, fmt.Errorf("requests[%d]: record unique key: %w", i, err)
+			}
 		}
 		if r.RequestID != "" {
 			expires := now.Add(window).Truncate(time.Microsecond)
@@ -225,14 +250,14 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 // insertJob inserts a QUEUED job as store.DecideCreate made it, with its
 // QUEUED event (sequence 1). A duplicate id fails the statement, and with
 // it the caller's transaction.
-func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent) error {
+func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent, uniqueKey string) error {
 	md, err := encodeMetadata(j.Metadata)
 	if err != nil {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
 		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
-		j.ReplayOf, j.Dependency, j.ConcurrencyKey)
+		j.ReplayOf, j.Dependency, j.ConcurrencyKey, nullText(uniqueKey))
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
 	}
@@ -246,6 +271,42 @@ func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent
 		return fmt.Errorf("append queued event: %w", err)
 	}
 	return nil
+}
+
+// uniqueHolder returns the job that holds u's key, or nil: the job of an
+// unexpired period record (finished or not) when u has a period, else the
+// live job with the key. A period record that expired, or whose job was
+// pruned, no longer holds the key. Nothing can take the key between this
+// read and the insert: the transaction is the only writer.
+func uniqueHolder(ctx context.Context, tx *writeTx, tenant string, u store.UniqueRequest, now time.Time) (*store.Job, error) {
+	if u.Period > 0 {
+		var (
+			jobID   string
+			expires int64
+		)
+		err := tx.QueryRowContext(ctx, qGetUniqueKey, tenant, u.Key).Scan(&jobID, &expires)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("look up unique key: %w", err)
+		case expires > micros(now):
+			row, err := getJobTx(ctx, tx, tenant, jobID)
+			if err == nil {
+				return row.job, nil
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+		}
+	}
+	row, err := scanJob(tx.QueryRowContext(ctx, qLiveUniqueHolder, tenant, u.Key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up unique key: %w", err)
+	}
+	return row.job, nil
 }
 
 // lookupIdempotent resolves a request id against its stored record: the

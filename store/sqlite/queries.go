@@ -50,8 +50,8 @@ const qGetJob = jobSelect + `WHERE j.tenant = ?1 AND j.id = ?2`
 const qInsertJob = `
 INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
                   attempts, max_attempts, created_at, available_at, retry_deadline,
-                  replay_of, dependency, concurrency_key)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`
+                  replay_of, dependency, concurrency_key, unique_key)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
 
 // qBumpEventSeq reserves the job's next event sequence. The UPDATE takes the
 // row (the database write lock, on SQLite), so concurrent appends to one job
@@ -376,6 +376,20 @@ DELETE FROM idempotency_keys WHERE (tenant, job_id) IN (` + pruneBatch + `)`
 const qPruneJobs = `
 DELETE FROM jobs WHERE (tenant, id) IN (` + pruneBatch + `)`
 
+// Unique jobs (migration 010).
+const (
+	// qLiveUniqueHolder reads the live job that holds a unique key.
+	qLiveUniqueHolder = jobSelect + `WHERE j.tenant = ?1 AND j.unique_key = ?2 AND j.state IN ('queued', 'leased')`
+	// qGetUniqueKey reads a period record.
+	qGetUniqueKey = `SELECT job_id, expires_at FROM unique_keys WHERE tenant = ?1 AND key = ?2`
+	// qPutUniqueKey records (or takes over) a period record.
+	qPutUniqueKey = `INSERT INTO unique_keys (tenant, key, job_id, expires_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (tenant, key) DO UPDATE SET job_id = excluded.job_id, expires_at = excluded.expires_at`
+	// qPruneUniqueKeys deletes up to ?2 period records that expired at ?1.
+	qPruneUniqueKeys = `DELETE FROM unique_keys WHERE (tenant, key) IN (
+    SELECT tenant, key FROM unique_keys WHERE expires_at <= ?1 LIMIT ?2)`
+)
+
 // qPruneIdempotencyKeys deletes up to ?2 records that expired at ?1.
 const qPruneIdempotencyKeys = `
 DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
@@ -471,5 +485,5 @@ var statements = append([]string{
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
-	qPruneIdempotencyKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
+	qPruneIdempotencyKeys, qLiveUniqueHolder, qGetUniqueKey, qPutUniqueKey, qPruneUniqueKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
 }, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qInsertEventsMulti, qInsertAttemptsMulti)...)

@@ -73,5 +73,25 @@ func (s *Store) Prune(ctx context.Context, p store.PruneParams) (store.PruneResu
 			break
 		}
 	}
+
+	// Then unique-key period records that expired.
+	for {
+		var keys int64
+		err := s.write(ctx, "prune", func(tx *writeTx) error {
+			r, err := tx.ExecContext(ctx, qPruneUniqueKeys, micros(s.clock(p.Now)), batch)
+			if err != nil {
+				return fmt.Errorf("prune expired unique keys: %w", err)
+			}
+			keys, err = r.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+		res.UniqueKeys += keys
+		if keys < int64(batch) {
+			break
+		}
+	}
 	return res, nil
 }

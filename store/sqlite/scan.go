@@ -254,3 +254,8 @@ func eventData(kv ...any) string {
 	}
 	return string(b)
 }
+
+// nullText is s, or NULL when s is empty.
+func nullText(s string) sql.NullString {
+	return sql.NullString{String: s, Valid: s != ""}
+}

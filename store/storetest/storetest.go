@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		breakerTests(),
 		limitTests(),
 		scheduleTests(),
+		uniqueTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

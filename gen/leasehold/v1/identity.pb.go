@@ -131,6 +131,24 @@ const (
 	// "authentication"; data: failures, count per reason, addresses and the
 	// top addresses with their counts. Never a key or any part of one.
 	AuditAction_AUDIT_ACTION_AUTHENTICATION_FAILURES AuditAction = 13
+	// ScheduleService.CreateSchedule (target: the schedule's id; data: its
+	// name and queue).
+	AuditAction_AUDIT_ACTION_SCHEDULE_CREATED AuditAction = 14
+	// ScheduleService.UpdateSchedule (target: the schedule's id; data: its
+	// name and queue).
+	AuditAction_AUDIT_ACTION_SCHEDULE_UPDATED AuditAction = 15
+	// ScheduleService.DeleteSchedule (target: the schedule's id; data: its
+	// name and queue).
+	AuditAction_AUDIT_ACTION_SCHEDULE_DELETED AuditAction = 16
+	// ScheduleService.PauseSchedule (target: the schedule's id; data: the
+	// reason).
+	AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED AuditAction = 17
+	// ScheduleService.ResumeSchedule (target: the schedule's id).
+	AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED AuditAction = 18
+	// ScheduleService.TriggerSchedule that fired a job (target: the
+	// schedule's id; data: the job and the request id). A replayed trigger
+	// is not recorded again.
+	AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED AuditAction = 19
 )
 
 // Enum value maps for AuditAction.
@@ -150,6 +168,12 @@ var (
 		11: "AUDIT_ACTION_BREAKER_POLICY_UPDATED",
 		12: "AUDIT_ACTION_WORKER_BINDING_RELEASED",
 		13: "AUDIT_ACTION_AUTHENTICATION_FAILURES",
+		14: "AUDIT_ACTION_SCHEDULE_CREATED",
+		15: "AUDIT_ACTION_SCHEDULE_UPDATED",
+		16: "AUDIT_ACTION_SCHEDULE_DELETED",
+		17: "AUDIT_ACTION_SCHEDULE_PAUSED",
+		18: "AUDIT_ACTION_SCHEDULE_RESUMED",
+		19: "AUDIT_ACTION_SCHEDULE_TRIGGERED",
 	}
 	AuditAction_value = map[string]int32{
 		"AUDIT_ACTION_UNSPECIFIED":             0,
@@ -166,6 +190,12 @@ var (
 		"AUDIT_ACTION_BREAKER_POLICY_UPDATED":  11,
 		"AUDIT_ACTION_WORKER_BINDING_RELEASED": 12,
 		"AUDIT_ACTION_AUTHENTICATION_FAILURES": 13,
+		"AUDIT_ACTION_SCHEDULE_CREATED":        14,
+		"AUDIT_ACTION_SCHEDULE_UPDATED":        15,
+		"AUDIT_ACTION_SCHEDULE_DELETED":        16,
+		"AUDIT_ACTION_SCHEDULE_PAUSED":         17,
+		"AUDIT_ACTION_SCHEDULE_RESUMED":        18,
+		"AUDIT_ACTION_SCHEDULE_TRIGGERED":      19,
 	}
 )
 
@@ -476,7 +506,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\x81\x04\n" +
+	"ROLE_ADMIN\x10\x05*\xd4\x05\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -492,7 +522,13 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x12'\n" +
 	"#AUDIT_ACTION_BREAKER_POLICY_UPDATED\x10\v\x12(\n" +
 	"$AUDIT_ACTION_WORKER_BINDING_RELEASED\x10\f\x12(\n" +
-	"$AUDIT_ACTION_AUTHENTICATION_FAILURES\x10\rB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"$AUDIT_ACTION_AUTHENTICATION_FAILURES\x10\r\x12!\n" +
+	"\x1dAUDIT_ACTION_SCHEDULE_CREATED\x10\x0e\x12!\n" +
+	"\x1dAUDIT_ACTION_SCHEDULE_UPDATED\x10\x0f\x12!\n" +
+	"\x1dAUDIT_ACTION_SCHEDULE_DELETED\x10\x10\x12 \n" +
+	"\x1cAUDIT_ACTION_SCHEDULE_PAUSED\x10\x11\x12!\n" +
+	"\x1dAUDIT_ACTION_SCHEDULE_RESUMED\x10\x12\x12#\n" +
+	"\x1fAUDIT_ACTION_SCHEDULE_TRIGGERED\x10\x13B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once

@@ -23,6 +23,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What a duplicate create does.
+type UniqueOptions_OnConflict int32
+
+const (
+	// RETURN_EXISTING.
+	UniqueOptions_ON_CONFLICT_UNSPECIFIED UniqueOptions_OnConflict = 0
+	// Answer the existing job with duplicate = true (the default).
+	UniqueOptions_ON_CONFLICT_RETURN_EXISTING UniqueOptions_OnConflict = 1
+	// Fail with ALREADY_EXISTS (ErrorInfo reason UNIQUE_CONFLICT); in a
+	// batch, the whole batch fails and nothing is created.
+	UniqueOptions_ON_CONFLICT_FAIL UniqueOptions_OnConflict = 2
+)
+
+// Enum value maps for UniqueOptions_OnConflict.
+var (
+	UniqueOptions_OnConflict_name = map[int32]string{
+		0: "ON_CONFLICT_UNSPECIFIED",
+		1: "ON_CONFLICT_RETURN_EXISTING",
+		2: "ON_CONFLICT_FAIL",
+	}
+	UniqueOptions_OnConflict_value = map[string]int32{
+		"ON_CONFLICT_UNSPECIFIED":     0,
+		"ON_CONFLICT_RETURN_EXISTING": 1,
+		"ON_CONFLICT_FAIL":            2,
+	}
+)
+
+func (x UniqueOptions_OnConflict) Enum() *UniqueOptions_OnConflict {
+	p := new(UniqueOptions_OnConflict)
+	*p = x
+	return p
+}
+
+func (x UniqueOptions_OnConflict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UniqueOptions_OnConflict) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_job_service_proto_enumTypes[0].Descriptor()
+}
+
+func (UniqueOptions_OnConflict) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_job_service_proto_enumTypes[0]
+}
+
+func (x UniqueOptions_OnConflict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UniqueOptions_OnConflict.Descriptor instead.
+func (UniqueOptions_OnConflict) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{2, 0}
+}
+
 // JobSpec is what a producer submits.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +216,13 @@ type CreateJobRequest struct {
 	Job *JobSpec `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// Idempotency key chosen by the producer, at most 256 bytes. Empty means
 	// "not idempotent": every call creates a new job.
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Makes the job unique: while a job with the same unique key is live
+	// (queued, including scheduled and retry-waiting, or leased) in the
+	// tenant, the create answers that job with duplicate set instead of
+	// creating another one. Unset: the job is not unique. See
+	// docs/unique-jobs.md.
+	Unique        *UniqueOptions `protobuf:"bytes,3,opt,name=unique,proto3" json:"unique,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +271,93 @@ func (x *CreateJobRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateJobRequest) GetUnique() *UniqueOptions {
+	if x != nil {
+		return x.Unique
+	}
+	return nil
+}
+
+// UniqueOptions say how a job is unique.
+type UniqueOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The unique key, at most 256 bytes, not starting with "derived:".
+	// Exactly one of key and by_metadata_keys is set.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Derive the key from the job's kind and the values of these metadata
+	// keys (1-16 distinct keys; a missing key counts as absent, which differs
+	// from an empty value). The payload is never part of a key. The derived
+	// key is "derived:" followed by a hash.
+	ByMetadataKeys []string `protobuf:"bytes,2,rep,name=by_metadata_keys,json=byMetadataKeys,proto3" json:"by_metadata_keys,omitempty"`
+	// At most one job per key per period, finished or not: for this long
+	// after a job with the key was created, a create with the key answers
+	// that job even when it has finished. Unset: only live jobs count.
+	// 1 s to 90 days.
+	Period *durationpb.Duration `protobuf:"bytes,3,opt,name=period,proto3" json:"period,omitempty"`
+	// What a duplicate does; unset means RETURN_EXISTING.
+	OnConflict    UniqueOptions_OnConflict `protobuf:"varint,4,opt,name=on_conflict,json=onConflict,proto3,enum=leasehold.v1.UniqueOptions_OnConflict" json:"on_conflict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UniqueOptions) Reset() {
+	*x = UniqueOptions{}
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UniqueOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UniqueOptions) ProtoMessage() {}
+
+func (x *UniqueOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UniqueOptions.ProtoReflect.Descriptor instead.
+func (*UniqueOptions) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UniqueOptions) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UniqueOptions) GetByMetadataKeys() []string {
+	if x != nil {
+		return x.ByMetadataKeys
+	}
+	return nil
+}
+
+func (x *UniqueOptions) GetPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.Period
+	}
+	return nil
+}
+
+func (x *UniqueOptions) GetOnConflict() UniqueOptions_OnConflict {
+	if x != nil {
+		return x.OnConflict
+	}
+	return UniqueOptions_ON_CONFLICT_UNSPECIFIED
+}
+
 // CreateJobResponse is the created (or replayed) job.
 type CreateJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -218,14 +365,18 @@ type CreateJobResponse struct {
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// True when request_id matched an earlier equivalent request and this is
 	// that request's job; nothing new was created.
-	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// True when the request was unique and its key was held by this existing
+	// job (live, or created within the request's period); nothing new was
+	// created.
+	Duplicate     bool `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +388,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +401,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -267,6 +418,13 @@ func (x *CreateJobResponse) GetReplayed() bool {
 	return false
 }
 
+func (x *CreateJobResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 // BatchCreateJobsRequest submits several jobs in one transaction.
 type BatchCreateJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -278,7 +436,7 @@ type BatchCreateJobsRequest struct {
 
 func (x *BatchCreateJobsRequest) Reset() {
 	*x = BatchCreateJobsRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +448,7 @@ func (x *BatchCreateJobsRequest) String() string {
 func (*BatchCreateJobsRequest) ProtoMessage() {}
 
 func (x *BatchCreateJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +461,7 @@ func (x *BatchCreateJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateJobsRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateJobsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BatchCreateJobsRequest) GetRequests() []*CreateJobRequest {
@@ -324,7 +482,7 @@ type BatchCreateJobsResponse struct {
 
 func (x *BatchCreateJobsResponse) Reset() {
 	*x = BatchCreateJobsResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +494,7 @@ func (x *BatchCreateJobsResponse) String() string {
 func (*BatchCreateJobsResponse) ProtoMessage() {}
 
 func (x *BatchCreateJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +507,7 @@ func (x *BatchCreateJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateJobsResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateJobsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BatchCreateJobsResponse) GetResponses() []*CreateJobResponse {
@@ -370,7 +528,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +540,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +553,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -416,7 +574,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +586,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +599,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -474,7 +632,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +644,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +657,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListJobsRequest) GetQueue() string {
@@ -560,7 +718,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +730,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +743,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -615,7 +773,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +785,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +798,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -668,7 +826,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +838,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +851,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -718,7 +876,7 @@ type ListJobEventsRequest struct {
 
 func (x *ListJobEventsRequest) Reset() {
 	*x = ListJobEventsRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +888,7 @@ func (x *ListJobEventsRequest) String() string {
 func (*ListJobEventsRequest) ProtoMessage() {}
 
 func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +901,7 @@ func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobEventsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListJobEventsRequest) GetJobId() string {
@@ -780,7 +938,7 @@ type ListJobEventsResponse struct {
 
 func (x *ListJobEventsResponse) Reset() {
 	*x = ListJobEventsResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +950,7 @@ func (x *ListJobEventsResponse) String() string {
 func (*ListJobEventsResponse) ProtoMessage() {}
 
 func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +963,7 @@ func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobEventsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListJobEventsResponse) GetEvents() []*Event {
@@ -833,7 +991,7 @@ type ListJobEffectsRequest struct {
 
 func (x *ListJobEffectsRequest) Reset() {
 	*x = ListJobEffectsRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1003,7 @@ func (x *ListJobEffectsRequest) String() string {
 func (*ListJobEffectsRequest) ProtoMessage() {}
 
 func (x *ListJobEffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1016,7 @@ func (x *ListJobEffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEffectsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobEffectsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListJobEffectsRequest) GetJobId() string {
@@ -881,7 +1039,7 @@ type ListJobEffectsResponse struct {
 
 func (x *ListJobEffectsResponse) Reset() {
 	*x = ListJobEffectsResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1051,7 @@ func (x *ListJobEffectsResponse) String() string {
 func (*ListJobEffectsResponse) ProtoMessage() {}
 
 func (x *ListJobEffectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1064,7 @@ func (x *ListJobEffectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEffectsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobEffectsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListJobEffectsResponse) GetEffects() []*Effect {
@@ -934,7 +1092,7 @@ type ListJobCheckpointsRequest struct {
 
 func (x *ListJobCheckpointsRequest) Reset() {
 	*x = ListJobCheckpointsRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1104,7 @@ func (x *ListJobCheckpointsRequest) String() string {
 func (*ListJobCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListJobCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1117,7 @@ func (x *ListJobCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobCheckpointsRequest) GetJobId() string {
@@ -980,7 +1138,7 @@ type ListJobCheckpointsResponse struct {
 
 func (x *ListJobCheckpointsResponse) Reset() {
 	*x = ListJobCheckpointsResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1150,7 @@ func (x *ListJobCheckpointsResponse) String() string {
 func (*ListJobCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListJobCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1163,7 @@ func (x *ListJobCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -1028,7 +1186,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1198,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1211,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -1081,7 +1239,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1251,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_job_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_job_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1264,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_job_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchJobResponse) GetEvent() *Event {
@@ -1137,14 +1295,27 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	" \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
 	"\x10CreateJobRequest\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x03job\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"T\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x123\n" +
+	"\x06unique\x18\x03 \x01(\v2\x1b.leasehold.v1.UniqueOptionsR\x06unique\"\xa9\x02\n" +
+	"\rUniqueOptions\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
+	"\x10by_metadata_keys\x18\x02 \x03(\tR\x0ebyMetadataKeys\x121\n" +
+	"\x06period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12G\n" +
+	"\von_conflict\x18\x04 \x01(\x0e2&.leasehold.v1.UniqueOptions.OnConflictR\n" +
+	"onConflict\"`\n" +
+	"\n" +
+	"OnConflict\x12\x1b\n" +
+	"\x17ON_CONFLICT_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bON_CONFLICT_RETURN_EXISTING\x10\x01\x12\x14\n" +
+	"\x10ON_CONFLICT_FAIL\x10\x02\"r\n" +
 	"\x11CreateJobResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"T\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x1c\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"T\n" +
 	"\x16BatchCreateJobsRequest\x12:\n" +
 	"\brequests\x18\x01 \x03(\v2\x1e.leasehold.v1.CreateJobRequestR\brequests\"X\n" +
 	"\x17BatchCreateJobsResponse\x12=\n" +
@@ -1214,77 +1385,83 @@ func file_leasehold_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_job_service_proto_rawDescData
 }
 
-var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_leasehold_v1_job_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_leasehold_v1_job_service_proto_goTypes = []any{
-	(*JobSpec)(nil),                    // 0: leasehold.v1.JobSpec
-	(*CreateJobRequest)(nil),           // 1: leasehold.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),          // 2: leasehold.v1.CreateJobResponse
-	(*BatchCreateJobsRequest)(nil),     // 3: leasehold.v1.BatchCreateJobsRequest
-	(*BatchCreateJobsResponse)(nil),    // 4: leasehold.v1.BatchCreateJobsResponse
-	(*GetJobRequest)(nil),              // 5: leasehold.v1.GetJobRequest
-	(*GetJobResponse)(nil),             // 6: leasehold.v1.GetJobResponse
-	(*ListJobsRequest)(nil),            // 7: leasehold.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 8: leasehold.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),           // 9: leasehold.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 10: leasehold.v1.CancelJobResponse
-	(*ListJobEventsRequest)(nil),       // 11: leasehold.v1.ListJobEventsRequest
-	(*ListJobEventsResponse)(nil),      // 12: leasehold.v1.ListJobEventsResponse
-	(*ListJobEffectsRequest)(nil),      // 13: leasehold.v1.ListJobEffectsRequest
-	(*ListJobEffectsResponse)(nil),     // 14: leasehold.v1.ListJobEffectsResponse
-	(*ListJobCheckpointsRequest)(nil),  // 15: leasehold.v1.ListJobCheckpointsRequest
-	(*ListJobCheckpointsResponse)(nil), // 16: leasehold.v1.ListJobCheckpointsResponse
-	(*WatchJobRequest)(nil),            // 17: leasehold.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),           // 18: leasehold.v1.WatchJobResponse
-	nil,                                // 19: leasehold.v1.JobSpec.MetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 21: google.protobuf.Duration
-	(*Job)(nil),                        // 22: leasehold.v1.Job
-	(JobState)(0),                      // 23: leasehold.v1.JobState
-	(JobView)(0),                       // 24: leasehold.v1.JobView
-	(*Event)(nil),                      // 25: leasehold.v1.Event
-	(*Effect)(nil),                     // 26: leasehold.v1.Effect
-	(*Checkpoint)(nil),                 // 27: leasehold.v1.Checkpoint
+	(UniqueOptions_OnConflict)(0),      // 0: leasehold.v1.UniqueOptions.OnConflict
+	(*JobSpec)(nil),                    // 1: leasehold.v1.JobSpec
+	(*CreateJobRequest)(nil),           // 2: leasehold.v1.CreateJobRequest
+	(*UniqueOptions)(nil),              // 3: leasehold.v1.UniqueOptions
+	(*CreateJobResponse)(nil),          // 4: leasehold.v1.CreateJobResponse
+	(*BatchCreateJobsRequest)(nil),     // 5: leasehold.v1.BatchCreateJobsRequest
+	(*BatchCreateJobsResponse)(nil),    // 6: leasehold.v1.BatchCreateJobsResponse
+	(*GetJobRequest)(nil),              // 7: leasehold.v1.GetJobRequest
+	(*GetJobResponse)(nil),             // 8: leasehold.v1.GetJobResponse
+	(*ListJobsRequest)(nil),            // 9: leasehold.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 10: leasehold.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),           // 11: leasehold.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 12: leasehold.v1.CancelJobResponse
+	(*ListJobEventsRequest)(nil),       // 13: leasehold.v1.ListJobEventsRequest
+	(*ListJobEventsResponse)(nil),      // 14: leasehold.v1.ListJobEventsResponse
+	(*ListJobEffectsRequest)(nil),      // 15: leasehold.v1.ListJobEffectsRequest
+	(*ListJobEffectsResponse)(nil),     // 16: leasehold.v1.ListJobEffectsResponse
+	(*ListJobCheckpointsRequest)(nil),  // 17: leasehold.v1.ListJobCheckpointsRequest
+	(*ListJobCheckpointsResponse)(nil), // 18: leasehold.v1.ListJobCheckpointsResponse
+	(*WatchJobRequest)(nil),            // 19: leasehold.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),           // 20: leasehold.v1.WatchJobResponse
+	nil,                                // 21: leasehold.v1.JobSpec.MetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 23: google.protobuf.Duration
+	(*Job)(nil),                        // 24: leasehold.v1.Job
+	(JobState)(0),                      // 25: leasehold.v1.JobState
+	(JobView)(0),                       // 26: leasehold.v1.JobView
+	(*Event)(nil),                      // 27: leasehold.v1.Event
+	(*Effect)(nil),                     // 28: leasehold.v1.Effect
+	(*Checkpoint)(nil),                 // 29: leasehold.v1.Checkpoint
 }
 var file_leasehold_v1_job_service_proto_depIdxs = []int32{
-	19, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
-	20, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
-	21, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
-	0,  // 3: leasehold.v1.CreateJobRequest.job:type_name -> leasehold.v1.JobSpec
-	22, // 4: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
-	1,  // 5: leasehold.v1.BatchCreateJobsRequest.requests:type_name -> leasehold.v1.CreateJobRequest
-	2,  // 6: leasehold.v1.BatchCreateJobsResponse.responses:type_name -> leasehold.v1.CreateJobResponse
-	22, // 7: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	23, // 8: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
-	24, // 9: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
-	22, // 10: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	22, // 11: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	25, // 12: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
-	26, // 13: leasehold.v1.ListJobEffectsResponse.effects:type_name -> leasehold.v1.Effect
-	27, // 14: leasehold.v1.ListJobCheckpointsResponse.checkpoints:type_name -> leasehold.v1.Checkpoint
-	25, // 15: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
-	1,  // 16: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
-	3,  // 17: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
-	5,  // 18: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	7,  // 19: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	9,  // 20: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	11, // 21: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
-	17, // 22: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
-	13, // 23: leasehold.v1.JobService.ListJobEffects:input_type -> leasehold.v1.ListJobEffectsRequest
-	15, // 24: leasehold.v1.JobService.ListJobCheckpoints:input_type -> leasehold.v1.ListJobCheckpointsRequest
-	2,  // 25: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
-	4,  // 26: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
-	6,  // 27: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	8,  // 28: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	10, // 29: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	12, // 30: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
-	18, // 31: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
-	14, // 32: leasehold.v1.JobService.ListJobEffects:output_type -> leasehold.v1.ListJobEffectsResponse
-	16, // 33: leasehold.v1.JobService.ListJobCheckpoints:output_type -> leasehold.v1.ListJobCheckpointsResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	21, // 0: leasehold.v1.JobSpec.metadata:type_name -> leasehold.v1.JobSpec.MetadataEntry
+	22, // 1: leasehold.v1.JobSpec.run_at:type_name -> google.protobuf.Timestamp
+	23, // 2: leasehold.v1.JobSpec.run_after:type_name -> google.protobuf.Duration
+	1,  // 3: leasehold.v1.CreateJobRequest.job:type_name -> leasehold.v1.JobSpec
+	3,  // 4: leasehold.v1.CreateJobRequest.unique:type_name -> leasehold.v1.UniqueOptions
+	23, // 5: leasehold.v1.UniqueOptions.period:type_name -> google.protobuf.Duration
+	0,  // 6: leasehold.v1.UniqueOptions.on_conflict:type_name -> leasehold.v1.UniqueOptions.OnConflict
+	24, // 7: leasehold.v1.CreateJobResponse.job:type_name -> leasehold.v1.Job
+	2,  // 8: leasehold.v1.BatchCreateJobsRequest.requests:type_name -> leasehold.v1.CreateJobRequest
+	4,  // 9: leasehold.v1.BatchCreateJobsResponse.responses:type_name -> leasehold.v1.CreateJobResponse
+	24, // 10: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	25, // 11: leasehold.v1.ListJobsRequest.states:type_name -> leasehold.v1.JobState
+	26, // 12: leasehold.v1.ListJobsRequest.view:type_name -> leasehold.v1.JobView
+	24, // 13: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	24, // 14: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	27, // 15: leasehold.v1.ListJobEventsResponse.events:type_name -> leasehold.v1.Event
+	28, // 16: leasehold.v1.ListJobEffectsResponse.effects:type_name -> leasehold.v1.Effect
+	29, // 17: leasehold.v1.ListJobCheckpointsResponse.checkpoints:type_name -> leasehold.v1.Checkpoint
+	27, // 18: leasehold.v1.WatchJobResponse.event:type_name -> leasehold.v1.Event
+	2,  // 19: leasehold.v1.JobService.CreateJob:input_type -> leasehold.v1.CreateJobRequest
+	5,  // 20: leasehold.v1.JobService.BatchCreateJobs:input_type -> leasehold.v1.BatchCreateJobsRequest
+	7,  // 21: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	9,  // 22: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	11, // 23: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	13, // 24: leasehold.v1.JobService.ListJobEvents:input_type -> leasehold.v1.ListJobEventsRequest
+	19, // 25: leasehold.v1.JobService.WatchJob:input_type -> leasehold.v1.WatchJobRequest
+	15, // 26: leasehold.v1.JobService.ListJobEffects:input_type -> leasehold.v1.ListJobEffectsRequest
+	17, // 27: leasehold.v1.JobService.ListJobCheckpoints:input_type -> leasehold.v1.ListJobCheckpointsRequest
+	4,  // 28: leasehold.v1.JobService.CreateJob:output_type -> leasehold.v1.CreateJobResponse
+	6,  // 29: leasehold.v1.JobService.BatchCreateJobs:output_type -> leasehold.v1.BatchCreateJobsResponse
+	8,  // 30: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	10, // 31: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	12, // 32: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	14, // 33: leasehold.v1.JobService.ListJobEvents:output_type -> leasehold.v1.ListJobEventsResponse
+	20, // 34: leasehold.v1.JobService.WatchJob:output_type -> leasehold.v1.WatchJobResponse
+	16, // 35: leasehold.v1.JobService.ListJobEffects:output_type -> leasehold.v1.ListJobEffectsResponse
+	18, // 36: leasehold.v1.JobService.ListJobCheckpoints:output_type -> leasehold.v1.ListJobCheckpointsResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_job_service_proto_init() }
@@ -1298,13 +1475,14 @@ func file_leasehold_v1_job_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_job_service_proto_rawDesc), len(file_leasehold_v1_job_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   20,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_leasehold_v1_job_service_proto_goTypes,
 		DependencyIndexes: file_leasehold_v1_job_service_proto_depIdxs,
+		EnumInfos:         file_leasehold_v1_job_service_proto_enumTypes,
 		MessageInfos:      file_leasehold_v1_job_service_proto_msgTypes,
 	}.Build()
 	File_leasehold_v1_job_service_proto = out.File
