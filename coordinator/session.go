@@ -180,26 +180,36 @@ func (s *session) isBacklogged() bool {
 // forget stops counting a lease the stream no longer holds. Only that
 // generation: the end of an older lease, applied late, must not forget
 // the job's newer lease pushed to the same stream meanwhile.
+//
+// It wakes the dispatcher only when that made room: a lease forgotten
+// twice (a stream report forgets its lease before the commit, and the
+// commit's leaseEnded again) wakes it once.
 func (s *session) forget(jobID string, generation int64) {
 	s.mu.Lock()
-	s.forgetLocked(jobID, generation)
+	room := s.forgetLocked(jobID, generation)
 	s.mu.Unlock()
-	// Room under the capacity may let more credits through.
-	s.c.dispatcher.Ready(s.waiter)
+	if room {
+		// Room under the capacity may let more credits through.
+		s.c.dispatcher.Ready(s.waiter)
+	}
 }
 
-// forgetLocked is forget without waking the dispatcher; s.mu held.
-func (s *session) forgetLocked(jobID string, generation int64) {
+// forgetLocked is forget without waking the dispatcher; it reports whether
+// the caller should wake it (the stream held the lease, or its
+// acknowledgement made room under the ack bounds). s.mu held.
+func (s *session) forgetLocked(jobID string, generation int64) (room bool) {
 	if t, ok := s.leases[jobID]; ok && t.Generation == generation {
 		delete(s.leases, jobID)
+		room = true
 	}
-	s.ackedLocked(jobID, generation) // the caller wakes the dispatcher anyway
+	room = s.ackedLocked(jobID, generation) || room
 	if s.renewing {
 		if s.renewalEnds == nil {
 			s.renewalEnds = map[string]int64{}
 		}
 		s.renewalEnds[jobID] = generation
 	}
+	return room
 }
 
 // drain queues Drain and stops new leases.

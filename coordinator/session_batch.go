@@ -140,12 +140,15 @@ func (s *session) applyTogether(rs []streamReport) {
 	if len(rs) == 0 {
 		return
 	}
+	room := false
 	s.mu.Lock()
 	for _, r := range rs {
-		s.forgetLocked(r.rep.Token.JobID, r.rep.Token.Generation)
+		room = s.forgetLocked(r.rep.Token.JobID, r.rep.Token.Generation) || room
 	}
 	s.mu.Unlock()
-	s.c.dispatcher.Ready(s.waiter)
+	if room {
+		s.c.dispatcher.Ready(s.waiter)
+	}
 	s.reports.Add(1)
 	go s.reportMany(rs)
 }
