@@ -215,6 +215,18 @@ func TestReportBatchItemsAreAnsweredOneByOne(t *testing.T) {
 			}
 		}
 
+		// The same report twice in one batch: both answered, as a report
+		// and its repetition would be.
+		st.credit(1)
+		again, _, _ := leasesOf(st, 1)
+		st.send(reportBatchOf(completeItem(again[0].GetToken()), completeItem(again[0].GetToken())))
+		twice, _ := answersOf(st, 2)
+		for _, r := range twice {
+			if r.GetCode() != 0 || r.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || r.GetToken().GetJobId() != again[0].GetToken().GetJobId() {
+				t.Fatalf("a report and its repetition in one batch: %v; want both OK, SUCCEEDED", twice)
+			}
+		}
+
 		// A batch with an item that holds no report breaks the protocol.
 		st.send(reportBatchOf(completeItem(done), &leaseholdv1.BatchedReport{}))
 		if err := st.end(); status.Code(err) != codes.InvalidArgument {
