@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/coordinator"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -270,6 +271,50 @@ func TestStreamBatchesOffAdvertisesAndSendsNoBatches(t *testing.T) {
 		st.send(reportBatchOf(completeItem(leases[0].GetToken())))
 		if err := st.end(); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("ReportBatch with batches off: stream ended with %v; want INVALID_ARGUMENT", err)
+		}
+	})
+}
+
+// A LeaseBatch holds at most 64 leases and stays within 1 MiB: large
+// leases go one to a message (well under the 4 MiB a gRPC client takes
+// by default), however many are ready at once.
+func TestLeaseBatchesStayWithinTheirBounds(t *testing.T) {
+	engines(t, func(t *testing.T, pg bool) {
+		_, c := setup(t, pg, func(cfg *coordinator.Config) { cfg.StreamUnackedLeases = 200 })
+		ctx := ctxT(t)
+		const small = 150
+		createJobs(t, ctx, c, "many", small)
+		hello := batchHello("many-worker", "many", true)
+		hello.Capacity = small
+		st := connect(t, ctx, c, hello)
+		st.credit(small)
+		got, largest := 0, 0
+		for got < small {
+			m := st.next(func(m *leaseholdv1.ConnectResponse) bool { return m.GetLease() != nil || m.GetLeaseBatch() != nil })
+			n := max(len(m.GetLeaseBatch().GetLeases()), 1)
+			if n > 64 {
+				t.Fatalf("a LeaseBatch of %d leases; want at most 64", n)
+			}
+			largest = max(largest, n)
+			got += n
+		}
+		if largest < 2 {
+			t.Fatalf("%d leases ready at once never shared a message", small)
+		}
+
+		payload := make([]byte, 600<<10)
+		for range 3 {
+			if _, err := c.jobs.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "large", Kind: "k", Payload: payload}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		big := connect(t, ctx, c, batchHello("large-worker", "large", true))
+		big.credit(3)
+		for range 3 {
+			m := big.next(func(m *leaseholdv1.ConnectResponse) bool { return m.GetLease() != nil || m.GetLeaseBatch() != nil })
+			if m.GetLeaseBatch() != nil {
+				t.Fatalf("leases of 600 KiB shared a message of %d bytes; want one each (1 MiB bound)", proto.Size(m))
+			}
 		}
 	})
 }
