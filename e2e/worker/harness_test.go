@@ -218,6 +218,9 @@ type recordingConn struct {
 	// and resultBatches the LeaseBatch and ReportResultBatch messages
 	// received.
 	reportBatches, leaseBatches, resultBatches atomic.Int32
+	// largestReportBatch is the encoded size of the largest ReportBatch
+	// sent.
+	largestReportBatch atomic.Int64
 	mu                                         sync.Mutex
 	calls                                      []recordedCall
 }
@@ -262,6 +265,11 @@ func (s *recordingStream) SendMsg(m any) error {
 	if r, ok := m.(*leaseholdv1.ConnectRequest); ok {
 		if b := r.GetReportBatch(); b != nil {
 			s.c.reportBatches.Add(1)
+			for size := int64(proto.Size(r)); ; {
+				if old := s.c.largestReportBatch.Load(); size <= old || s.c.largestReportBatch.CompareAndSwap(old, size) {
+					break
+				}
+			}
 			for _, it := range b.GetReports() {
 				s.record(it)
 			}

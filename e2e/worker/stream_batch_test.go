@@ -106,3 +106,44 @@ func TestTheWorkerUsesStreamBatchesOnlyWhenTheCoordinatorHasThem(t *testing.T) {
 		})
 	}
 }
+
+// Reports with large results are not packed past 512 KiB a ReportBatch
+// (a coordinator takes its payload limit plus 1 MiB a message): they go
+// alone, and every job still completes with its result.
+func TestLargeReportsAreNotBatchedPastTheirBound(t *testing.T) {
+	t.Parallel()
+	h := setup(t, setupOptions{})
+	const n = 12
+	ids := make([]string, 0, n)
+	for range n {
+		ids = append(ids, h.create("large-results", "big", "x").GetId())
+	}
+	result := make([]byte, 200<<10)
+	var mu sync.Mutex
+	var waiting []chan struct{}
+	h.start(worker.Config{Queues: []string{"large-results"}, Capacity: n}, func(w *worker.Worker) {
+		w.Handle("big", func(context.Context, *worker.Job) ([]byte, error) {
+			// All return at once, so that their reports queue together.
+			release := make(chan struct{})
+			mu.Lock()
+			waiting = append(waiting, release)
+			if len(waiting) == n {
+				for _, r := range waiting {
+					close(r)
+				}
+			}
+			mu.Unlock()
+			<-release
+			return result, nil
+		})
+	})
+	for _, id := range ids {
+		if final := h.waitFinal(id); final.GetState() != leaseholdv1.JobState_JOB_STATE_SUCCEEDED || len(final.GetResult()) != len(result) {
+			t.Fatalf("job %s ended %s with %d bytes", id, final.GetState(), len(final.GetResult()))
+		}
+	}
+	if largest := h.rec.largestReportBatch.Load(); largest > 512<<10 {
+		t.Fatalf("a ReportBatch of %d bytes; want at most 512 KiB", largest)
+	}
+	t.Logf("%d report batches, largest %d bytes", h.rec.reportBatches.Load(), h.rec.largestReportBatch.Load())
+}
