@@ -221,8 +221,8 @@ type recordingConn struct {
 	// largestReportBatch is the encoded size of the largest ReportBatch
 	// sent.
 	largestReportBatch atomic.Int64
-	mu                                         sync.Mutex
-	calls                                      []recordedCall
+	mu                 sync.Mutex
+	calls              []recordedCall
 }
 
 type recordedCall struct {
