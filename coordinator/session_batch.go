@@ -204,6 +204,6 @@ func (s *session) reportMany(rs []streamReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range answers {
-		s.enqueueLocked(m)
+		s.enqueueAnswerLocked(m)
 	}
 }

@@ -152,9 +152,30 @@ func (s *session) report(r streamReport) {
 		job = res[0].Job
 	}
 	if out, ok := s.answer(r, job, err); ok {
-		s.enqueue(out)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.enqueueAnswerLocked(out)
 	}
 }
+
+// enqueueAnswerLocked queues a report's answer (a ConnectResponse holding
+// a ReportResult) with answerSize for its size. s.mu held.
+func (s *session) enqueueAnswerLocked(m *leaseholdv1.ConnectResponse) {
+	s.enqueueSizedLocked(m, answerSize(m.GetReportResult()))
+}
+
+// answerSize bounds the encoded size of a ConnectResponse holding r from
+// above, without walking it as proto.Size does (once per report): the
+// bounds it feeds, the outbound queue's and a batch's, need no more. The
+// fixed part covers every tag, length and varint (a negative code takes
+// ten bytes); the rest is the strings' and the secret's lengths.
+func answerSize(r *leaseholdv1.ReportResult) int {
+	t := r.GetToken()
+	return answerSizeFixed + len(t.GetJobId()) + len(t.GetWorkerId()) + len(t.GetSecret()) + len(r.GetReason()) + len(r.GetMessage())
+}
+
+// answerSizeFixed is answerSize's fixed part (50 bytes at most, rounded up).
+const answerSizeFixed = 64
 
 // answer is the answer to r, which committed job or failed with err, and
 // does what a committed report does (c.finished). ok is false when the
