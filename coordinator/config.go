@@ -242,6 +242,13 @@ type Config struct {
 	// and its unacknowledged leases are released. Default
 	// StreamAckTimeoutDefault (10s).
 	StreamAckTimeout time.Duration
+	// StreamBatchesOff turns stream batches off: GetVersion advertises
+	// neither "lease_batches" nor "report_batches", every lease and report
+	// answer is pushed in a message of its own, and a ReportBatch ends
+	// the stream (INVALID_ARGUMENT), as with a coordinator that predates
+	// them. A switch for rolling back, and for testing workers against
+	// such a coordinator; see docs/streams.md.
+	StreamBatchesOff bool
 	// IdempotencyWindow is how long a request_id is remembered. Default
 	// IdempotencyWindowDefault (24h).
 	IdempotencyWindow time.Duration

@@ -8,6 +8,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
@@ -32,6 +34,24 @@ const leaseKeyTimeout = 10 * time.Second
 // leaseSigner signs and checks lease secrets with the store's key.
 type leaseSigner struct {
 	key []byte
+	// macs keeps keyed HMACs for reuse (*leaseMAC): every pushed lease is
+	// signed and every report verified, and a new HMAC costs its key
+	// schedule and allocations each time. Nil (a signer built without
+	// newSigner): a new HMAC per call.
+	macs *sync.Pool
+}
+
+// leaseMAC is a keyed HMAC and the buffer a token is encoded into.
+type leaseMAC struct {
+	h   hash.Hash
+	buf []byte
+}
+
+// newSigner is a signer for key.
+func newSigner(key []byte) leaseSigner {
+	return leaseSigner{key: key, macs: &sync.Pool{New: func() any {
+		return &leaseMAC{h: hmac.New(sha256.New, key), buf: make([]byte, 0, 128)}
+	}}}
 }
 
 // newLeaseSigner loads the store's lease key, offering a fresh random one
@@ -47,22 +67,32 @@ func newLeaseSigner(st store.Store) (leaseSigner, error) {
 	if err != nil {
 		return leaseSigner{}, fmt.Errorf("read the lease key: %w", err)
 	}
-	return leaseSigner{key: key}, nil
+	return newSigner(key), nil
 }
 
 // sign returns the secret of the lease t names.
 func (s leaseSigner) sign(t store.LeaseToken) []byte {
-	m := hmac.New(sha256.New, s.key)
-	// Length-prefixed fields: no two tokens encode alike.
-	var n [8]byte
-	for _, f := range []string{t.JobID, t.WorkerID} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
-		m.Write(n[:])
-		m.Write([]byte(f))
+	var m *leaseMAC
+	if s.macs != nil {
+		m, _ = s.macs.Get().(*leaseMAC)
+		m.h.Reset()
+	} else {
+		m = &leaseMAC{h: hmac.New(sha256.New, s.key)}
 	}
-	binary.BigEndian.PutUint64(n[:], uint64(t.Generation))
-	m.Write(n[:])
-	return m.Sum(nil)
+	// Length-prefixed fields: no two tokens encode alike.
+	b := m.buf[:0]
+	for _, f := range []string{t.JobID, t.WorkerID} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Generation))
+	m.h.Write(b)
+	out := m.h.Sum(nil)
+	if s.macs != nil && cap(b) <= 4096 {
+		m.buf = b
+		s.macs.Put(m)
+	}
+	return out
 }
 
 // verify reports whether secret is the lease's, in constant time.

@@ -32,8 +32,7 @@ const (
 // after the lease was queued for sending.
 func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
 	c.metrics.leaseGranted(context.Background(), tenant, j.Job.Queue)
-	_, span := c.tracer.Start(context.Background(), spanLeasePush, leaseSpanOptions(j, trace.WithNewRoot())...)
-	span.End()
+	c.leaseSpan(context.Background(), spanLeasePush, leasePushStart, j)
 }
 
 // leasesClaimed records leases handed out by a unary Claim: the claims
@@ -42,30 +41,40 @@ func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
 func (c *Coordinator) leasesClaimed(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
 	for _, j := range jobs {
 		c.metrics.leaseGranted(ctx, tenant, j.Job.Queue)
-		//nolint:contextcheck // producerSpan reads the producer's span from the job alone, deliberately not from ctx
-		_, span := c.tracer.Start(ctx, spanLeaseClaim, leaseSpanOptions(j)...)
-		span.End()
+		c.leaseSpan(ctx, spanLeaseClaim, leaseClaimStart, j)
 	}
 }
 
-// leaseSpanOptions describes a lease (no payload, no metadata values) and
-// links to the producer's span when the job carries one.
-func leaseSpanOptions(j store.ClaimedJob, extra ...trace.SpanStartOption) []trace.SpanStartOption {
-	opts := append([]trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
+// The start options of the lease spans that do not depend on the lease,
+// built once.
+var (
+	leasePushStart  = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer)}
+	leaseClaimStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
+// leaseSpan records the span of one granted lease, started with opts and
+// linked to the producer's span when the job carries one. The lease's
+// attributes (no payload, no metadata values) are set only when the span
+// records: a lease that is not sampled costs no allocation for them. (A
+// sampler therefore decides without them; the standard ones, parent-based
+// and trace-id ratio, do not read attributes.)
+func (c *Coordinator) leaseSpan(ctx context.Context, name string, opts []trace.SpanStartOption, j store.ClaimedJob) {
+	//nolint:contextcheck // producerSpan reads the producer's span from the job alone, deliberately not from ctx
+	if producer := producerSpan(j.Job.Metadata); producer.IsValid() {
+		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	_, span := c.tracer.Start(ctx, name, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("leasehold.job.id", j.Job.ID),
 			attribute.String("leasehold.job.queue", j.Job.Queue),
 			attribute.String("leasehold.job.kind", j.Job.Kind),
 			attribute.Int("leasehold.job.attempt", int(j.Job.Attempts)),
 			attribute.Int64("leasehold.lease.generation", j.Token.Generation),
 			attribute.String("leasehold.worker.id", j.Token.WorkerID),
-		),
-	}, extra...)
-	if producer := producerSpan(j.Job.Metadata); producer.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+		)
 	}
-	return opts
+	span.End()
 }
 
 // producerSpan is the span context a producer put into a job's metadata in

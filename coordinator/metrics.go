@@ -168,7 +168,7 @@ func (m *Metrics) leaseGranted(ctx context.Context, tenant, queue string) {
 	if m == nil {
 		return
 	}
-	m.claimed.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant), attrQueue(queue)))
+	m.claimed.Add(ctx, 1, labels(tenant, queue, ""))
 }
 
 // outcomes are the outcome labels of leasehold.jobs.finished, by the state
@@ -191,7 +191,7 @@ func (m *Metrics) jobEnded(ctx context.Context, tenant string, job *store.Job) {
 	if m == nil || !ok {
 		return
 	}
-	m.finished.Add(ctx, 1, metric.WithAttributes(attrTenant(tenant), attrQueue(job.Queue), attribute.String("outcome", outcome)))
+	m.finished.Add(ctx, 1, labels(tenant, job.Queue, outcome))
 }
 
 // CommitBatch records one group commit of the store: its operation (e.g.

@@ -47,9 +47,15 @@ type session struct {
 	reportSlots chan struct{}
 	reports     sync.WaitGroup
 
-	mu         sync.Mutex // guards out, outBytes, backlogged, leases, unacked…ackTimer, renewing, renewalEnds, closed, draining
+	// batches: the worker takes LeaseBatch and ReportResultBatch and the
+	// coordinator has them on; see session_batch.go.
+	batches bool
+
+	mu         sync.Mutex // guards out…lastBytes, backlogged, leases, unacked…ackTimer, renewing, renewalEnds, closed, draining
 	out        []*leaseholdv1.ConnectResponse
 	outBytes   int                         // proto size of out
+	outItems   int                         // leases and answers in out, each counted as one message
+	lastBytes  int                         // proto size of out's last message, to which a batch may grow
 	backlogged bool                        // out passed the soft bound: no claims for this stream
 	leases     map[string]store.LeaseToken // job id → token held through this stream
 	// unacked holds the leases pushed and not yet acknowledged (job id →
@@ -89,15 +95,27 @@ var errNotReading = errors.New("the client is not reading the stream")
 
 // enqueueLocked queues a message for the sender; s.mu held.
 func (s *session) enqueueLocked(m *leaseholdv1.ConnectResponse) {
+	s.enqueueSizedLocked(m, proto.Size(m))
+}
+
+// enqueueSizedLocked queues m, whose encoded size is size: added to the
+// batch the last queued message is or becomes when the stream takes
+// batches (coalesceLocked), else as a message of its own. The bounds count
+// each lease and answer as one message, batched or not. s.mu held.
+func (s *session) enqueueSizedLocked(m *leaseholdv1.ConnectResponse, size int) {
 	if s.closed {
 		return
 	}
-	s.out = append(s.out, m)
-	s.outBytes += proto.Size(m)
-	if !s.backlogged && (len(s.out) > outSoftMessages || s.outBytes > outSoftBytes) {
+	if !s.coalesceLocked(m, size) {
+		s.out = append(s.out, m)
+		s.lastBytes = size
+	}
+	s.outItems++
+	s.outBytes += size
+	if !s.backlogged && (s.outItems > outSoftMessages || s.outBytes > outSoftBytes) {
 		s.backlogged = true
 	}
-	if len(s.out) > outHardMessages || s.outBytes > outHardBytes {
+	if s.outItems > outHardMessages || s.outBytes > outHardBytes {
 		s.closed = true
 		s.cancel(errNotReading)
 		return
@@ -129,8 +147,9 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 	for _, j := range jobs {
 		s.leases[j.Token.JobID] = j.Token
 		m := &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.leases.sign(j.Token))}}
-		s.pushedLocked(j.Token, proto.Size(m), now)
-		s.enqueueLocked(m)
+		size := proto.Size(m)
+		s.pushedLocked(j.Token, size, now)
+		s.enqueueSizedLocked(m, size)
 	}
 	s.mu.Unlock()
 	for _, j := range jobs {
@@ -161,21 +180,36 @@ func (s *session) isBacklogged() bool {
 // forget stops counting a lease the stream no longer holds. Only that
 // generation: the end of an older lease, applied late, must not forget
 // the job's newer lease pushed to the same stream meanwhile.
+//
+// It wakes the dispatcher only when that made room: a lease forgotten
+// twice (a stream report forgets its lease before the commit, and the
+// commit's leaseEnded again) wakes it once.
 func (s *session) forget(jobID string, generation int64) {
 	s.mu.Lock()
+	room := s.forgetLocked(jobID, generation)
+	s.mu.Unlock()
+	if room {
+		// Room under the capacity may let more credits through.
+		s.c.dispatcher.Ready(s.waiter)
+	}
+}
+
+// forgetLocked is forget without waking the dispatcher; it reports whether
+// the caller should wake it (the stream held the lease, or its
+// acknowledgement made room under the ack bounds). s.mu held.
+func (s *session) forgetLocked(jobID string, generation int64) (room bool) {
 	if t, ok := s.leases[jobID]; ok && t.Generation == generation {
 		delete(s.leases, jobID)
+		room = true
 	}
-	s.ackedLocked(jobID, generation) // the Ready below wakes the dispatcher anyway
+	room = s.ackedLocked(jobID, generation) || room
 	if s.renewing {
 		if s.renewalEnds == nil {
 			s.renewalEnds = map[string]int64{}
 		}
 		s.renewalEnds[jobID] = generation
 	}
-	s.mu.Unlock()
-	// Room under the capacity may let more credits through.
-	s.c.dispatcher.Ready(s.waiter)
+	return room
 }
 
 // drain queues Drain and stops new leases.
@@ -198,7 +232,7 @@ func (s *session) drain(grace time.Duration) {
 func (s *session) takeOut() []*leaseholdv1.ConnectResponse {
 	s.mu.Lock()
 	out := s.out
-	s.out, s.outBytes = nil, 0
+	s.out, s.outBytes, s.outItems, s.lastBytes = nil, 0, 0, 0
 	wasBacklogged := s.backlogged
 	s.backlogged = false
 	s.mu.Unlock()
@@ -238,6 +272,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		connectedAt: c.wallNow(),
 		ctx:         sctx, cancel: cancel,
 		untraced:    withoutSpan(sctx),
+		batches:     h.batches && !c.cfg.StreamBatchesOff,
 		done:        make(chan struct{}),
 		leases:      make(map[string]store.LeaseToken),
 		unacked:     make(map[string]unackedLease),
@@ -345,7 +380,9 @@ var errWorkerTaken = errors.New("the worker id belongs to another principal")
 // bindOnce binds the stream's worker id before the first lease in out is
 // sent (the Hello only checked it); sendLoop alone calls it.
 func (s *session) bindOnce(out []*leaseholdv1.ConnectResponse) error {
-	if s.bound || !slices.ContainsFunc(out, func(m *leaseholdv1.ConnectResponse) bool { return m.GetLease() != nil }) {
+	if s.bound || !slices.ContainsFunc(out, func(m *leaseholdv1.ConnectResponse) bool {
+		return m.GetLease() != nil || m.GetLeaseBatch() != nil
+	}) {
 		return nil
 	}
 	if err := s.c.checkWorker(s.ctx, s.hello.workerID); err != nil {
@@ -431,6 +468,8 @@ func (s *session) handle(m *leaseholdv1.ConnectRequest) (stop bool, err error) {
 			return true, toStatus(s.ctx, c.log, err)
 		}
 		s.ack(ids)
+	case *leaseholdv1.ConnectRequest_ReportBatch:
+		return s.reportBatch(msg.ReportBatch)
 	case *leaseholdv1.ConnectRequest_Hello:
 		return true, invalidArgument("hello", "hello may be sent only once, as the first message")
 	default:

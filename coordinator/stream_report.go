@@ -73,9 +73,19 @@ func withoutSpan(ctx context.Context) context.Context {
 	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 }
 
+// reportCarrier is a message that may carry a report: a ConnectRequest,
+// or one item of a ReportBatch.
+type reportCarrier interface {
+	GetComplete() *leaseholdv1.CompleteRequest
+	GetRetry() *leaseholdv1.RetryRequest
+	GetCancel() *leaseholdv1.CancelRequest
+	GetRelease() *leaseholdv1.ReleaseRequest
+	GetTraceContext() map[string]string
+}
+
 // decodeReport decodes m when it is a report; ok is false for any other
 // message.
-func (s *session) decodeReport(m *leaseholdv1.ConnectRequest) (r streamReport, ok bool) {
+func (s *session) decodeReport(m reportCarrier) (r streamReport, ok bool) {
 	v := s.c.v
 	var (
 		kind leaseholdv1.ReportKind
@@ -83,32 +93,31 @@ func (s *session) decodeReport(m *leaseholdv1.ConnectRequest) (r streamReport, o
 		tok  *leaseholdv1.LeaseToken
 		err  error
 	)
-	switch msg := m.GetMsg().(type) {
-	case *leaseholdv1.ConnectRequest_Complete:
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_COMPLETE, msg.Complete.GetToken()
+	if msg := m.GetComplete(); msg != nil {
+		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_COMPLETE, msg.GetToken()
 		var p store.CompleteParams
-		if p, err = v.Complete(msg.Complete); err == nil {
+		if p, err = v.Complete(msg); err == nil {
 			rep = store.Report{Kind: store.ReportComplete, Token: p.Token, Result: p.Result}
 		}
-	case *leaseholdv1.ConnectRequest_Retry:
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RETRY, msg.Retry.GetToken()
+	} else if msg := m.GetRetry(); msg != nil {
+		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RETRY, msg.GetToken()
 		var p store.RetryParams
-		if p, err = v.Retry(msg.Retry); err == nil {
+		if p, err = v.Retry(msg); err == nil {
 			rep = store.Report{Kind: store.ReportRetry, Token: p.Token, Error: p.Error, RetryAfter: p.RetryAfter}
 		}
-	case *leaseholdv1.ConnectRequest_Cancel:
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_CANCEL, msg.Cancel.GetToken()
+	} else if msg := m.GetCancel(); msg != nil {
+		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_CANCEL, msg.GetToken()
 		var p store.CancelByHolderParams
-		if p, err = v.Cancel(msg.Cancel); err == nil {
+		if p, err = v.Cancel(msg); err == nil {
 			rep = store.Report{Kind: store.ReportCancel, Token: p.Token, Reason: p.Reason}
 		}
-	case *leaseholdv1.ConnectRequest_Release:
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RELEASE, msg.Release.GetToken()
+	} else if msg := m.GetRelease(); msg != nil {
+		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RELEASE, msg.GetToken()
 		var p store.ReleaseParams
-		if p, err = v.Release(msg.Release); err == nil {
+		if p, err = v.Release(msg); err == nil {
 			rep = store.Report{Kind: store.ReportRelease, Token: p.Token}
 		}
-	default:
+	} else {
 		return streamReport{}, false
 	}
 	if err == nil && rep.Token.WorkerID != s.hello.workerID {
@@ -138,18 +147,52 @@ func (s *session) report(r streamReport) {
 		err = res[0].Err
 	}
 	end(err)
+	var job *store.Job
+	if err == nil {
+		job = res[0].Job
+	}
+	if out, ok := s.answer(r, job, err); ok {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.enqueueAnswerLocked(out)
+	}
+}
+
+// enqueueAnswerLocked queues a report's answer (a ConnectResponse holding
+// a ReportResult) with answerSize for its size. s.mu held.
+func (s *session) enqueueAnswerLocked(m *leaseholdv1.ConnectResponse) {
+	s.enqueueSizedLocked(m, answerSize(m.GetReportResult()))
+}
+
+// answerSize bounds the encoded size of a ConnectResponse holding r from
+// above, without walking it as proto.Size does (once per report): the
+// bounds it feeds, the outbound queue's and a batch's, need no more. The
+// fixed part covers every tag, length and varint (a negative code takes
+// ten bytes); the rest is the strings' and the secret's lengths.
+func answerSize(r *leaseholdv1.ReportResult) int {
+	t := r.GetToken()
+	return answerSizeFixed + len(t.GetJobId()) + len(t.GetWorkerId()) + len(t.GetSecret()) + len(r.GetReason()) + len(r.GetMessage())
+}
+
+// answerSizeFixed is answerSize's fixed part (50 bytes at most, rounded up).
+const answerSizeFixed = 64
+
+// answer is the answer to r, which committed job or failed with err, and
+// does what a committed report does (c.finished). ok is false when the
+// stream ended while the report was being committed: nobody to answer.
+func (s *session) answer(r streamReport, job *store.Job, err error) (m *leaseholdv1.ConnectResponse, ok bool) {
+	c := s.c
 	out := &leaseholdv1.ReportResult{Token: withoutSecret(r.tok), Kind: r.kind}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
-			return // the stream ended: nobody to answer
+			return nil, false
 		}
 		setReportError(out, toStatus(s.ctx, c.log, err))
 	} else {
-		job := res[0].Job
 		out.State = jobStates[job.State]
 		c.finished(s.ctx, s.tenant, job)
 	}
-	s.enqueue(&leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}})
+	return &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}}, true
 }
 
 // setReportError copies a status (code, message, ErrorInfo reason) into a

@@ -561,6 +561,10 @@ type hello struct {
 	lease    time.Duration // 0: the queue policy's default
 	// acks: the worker declared the lease_acks feature.
 	acks bool
+	// batches: the worker declared the lease_batches feature (it takes
+	// LeaseBatch and ReportResultBatch); the session uses them only when
+	// the coordinator has them on (Config.StreamBatchesOff).
+	batches bool
 }
 
 // Hello features: at most helloFeaturesMax names of at most
@@ -571,6 +575,10 @@ const (
 	// FeatureLeaseAcks is the Hello feature of a worker that acknowledges
 	// every pushed lease (see docs/streams.md).
 	FeatureLeaseAcks = "lease_acks"
+	// FeatureLeaseBatches is the Hello feature of a worker that takes
+	// several leases, or several report answers, in one message (see
+	// docs/streams.md).
+	FeatureLeaseBatches = "lease_batches"
 )
 
 // Hello validates the first message of a Connect stream.
@@ -612,19 +620,20 @@ func (v validator) Hello(r *leaseholdv1.Hello) (hello, error) {
 	if len(r.GetFeatures()) > helloFeaturesMax {
 		return hello{}, store.Invalid("hello.features", fmt.Sprintf("must name at most %d features", helloFeaturesMax))
 	}
-	acks := false
+	acks, batches := false, false
 	for i, f := range r.GetFeatures() {
 		if err := store.ValidateText(fmt.Sprintf("hello.features[%d]", i), f, helloFeatureMaxLen, true); err != nil {
 			return hello{}, err
 		}
 		acks = acks || f == FeatureLeaseAcks
+		batches = batches || f == FeatureLeaseBatches
 	}
 	sdk := r.GetSdkName()
 	if r.GetSdkVersion() != "" {
 		sdk += "/" + r.GetSdkVersion()
 	}
 	return hello{workerID: r.GetWorkerId(), queues: qs, capacity: r.GetCapacity(),
-		labels: r.GetLabels(), sdk: sdk, lease: lease, acks: acks}, nil
+		labels: r.GetLabels(), sdk: sdk, lease: lease, acks: acks, batches: batches}, nil
 }
 
 // LeaseAck validates a LeaseAck: at most CreditsMax job ids (a stream

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,27 @@ var Capabilities = []string{
 	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
 	"list_views", "pushed_watches", "retry_info", "circuit_breakers", "key_limits",
 	"worker_credits", "renew_reported", "lease_acks", "schedules", "unique_jobs",
+	CapabilityLeaseBatches, CapabilityReportBatches,
+}
+
+// The capabilities of stream batches (docs/streams.md), both withdrawn by
+// Config.StreamBatchesOff.
+const (
+	// CapabilityLeaseBatches: a worker that declares the lease_batches
+	// feature may be pushed LeaseBatch and ReportResultBatch messages.
+	CapabilityLeaseBatches = "lease_batches"
+	// CapabilityReportBatches: the stream takes ReportBatch messages.
+	CapabilityReportBatches = "report_batches"
+)
+
+// capabilities is what GetVersion reports under cfg.
+func capabilities(cfg *Config) []string {
+	if !cfg.StreamBatchesOff {
+		return Capabilities
+	}
+	return slices.DeleteFunc(slices.Clone(Capabilities), func(c string) bool {
+		return c == CapabilityLeaseBatches || c == CapabilityReportBatches
+	})
 }
 
 // workerService is the worker API: thin shells over the store, plus the
@@ -336,7 +358,7 @@ func (w *workerService) GetVersion(ctx context.Context, _ *leaseholdv1.GetVersio
 		}
 	}
 	return &leaseholdv1.GetVersionResponse{
-		Version: c.cfg.Version, ApiVersion: APIVersion, Capabilities: Capabilities,
+		Version: c.cfg.Version, ApiVersion: APIVersion, Capabilities: capabilities(&c.cfg),
 		StoreEngine: c.store.Engine(), ServerTime: timestamppb.New(now),
 		Caller: callerFrom(ctx).principal(),
 	}, nil

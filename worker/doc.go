@@ -41,7 +41,11 @@
 // (LeaseAck) as it arrives, before its handler starts: the coordinator
 // pushes a stream only so much it has not acknowledged, and ends a stream
 // that declared acknowledgements and stops sending them (docs/streams.md).
-// Exactly one goroutine sends on the stream.
+// Exactly one goroutine sends on the stream. When GetVersion (asked before
+// each stream opens) lists lease_batches, the worker declares it and takes
+// several leases or report answers in one message; when it lists
+// report_batches, the reports ready at the same moment go in one
+// ReportBatch. Nothing waits for a batch to fill.
 //
 // # Heartbeats and revocation
 //

@@ -280,7 +280,7 @@ func (w *Worker) publish(spanCtx context.Context, e *execution, result []byte, h
 		}
 		return unary(ctx)
 	}
-	ctx, span := w.tracer.Start(ctx, "leasehold.report "+reportSpanNames[kind], trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := w.tracer.Start(ctx, reportSpanNames[kind], reportSpanStart...)
 	err := retryTransient(ctx, call)
 	if err != nil {
 		span.RecordError(err)
@@ -315,10 +315,10 @@ func sampledTraceContext(ctx context.Context) map[string]string {
 // reportSpanNames name a report's span after the RPC it stands for, on the
 // stream or unary.
 var reportSpanNames = map[leaseholdv1.ReportKind]string{
-	leaseholdv1.ReportKind_REPORT_KIND_COMPLETE: "Complete",
-	leaseholdv1.ReportKind_REPORT_KIND_RETRY:    "Retry",
-	leaseholdv1.ReportKind_REPORT_KIND_CANCEL:   "Cancel",
-	leaseholdv1.ReportKind_REPORT_KIND_RELEASE:  "Release",
+	leaseholdv1.ReportKind_REPORT_KIND_COMPLETE: "leasehold.report Complete",
+	leaseholdv1.ReportKind_REPORT_KIND_RETRY:    "leasehold.report Retry",
+	leaseholdv1.ReportKind_REPORT_KIND_CANCEL:   "leasehold.report Cancel",
+	leaseholdv1.ReportKind_REPORT_KIND_RELEASE:  "leasehold.report Release",
 }
 
 // release gives a lease back (shutdown, or a lease this worker cannot take).
@@ -345,24 +345,33 @@ func (w *Worker) release(ctx context.Context, token *leaseholdv1.LeaseToken, why
 // startSpan starts the handler's span, linked (not parented) to the
 // producer's span carried in the job metadata: the job runs in its own
 // trace, later and possibly many times, but stays navigable to its cause.
+// The job's attributes are set only when the span records: a job that is
+// not sampled costs no allocation for them (a sampler decides without
+// them; the standard ones do not read attributes).
 func (w *Worker) startSpan(e *execution) (context.Context, trace.Span) {
 	j := e.job
-	opts := []trace.SpanStartOption{
-		trace.WithNewRoot(),
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	opts := jobSpanStart
+	producer := trace.SpanContextFromContext(
+		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(j.Metadata)))
+	if producer.IsValid() {
+		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	ctx, span := w.tracer.Start(e.ctx, "leasehold.job "+j.Kind, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("leasehold.job.id", j.ID),
 			attribute.String("leasehold.job.queue", j.Queue),
 			attribute.String("leasehold.job.kind", j.Kind),
 			attribute.Int("leasehold.job.attempt", int(j.Attempt)),
 			attribute.Int64("leasehold.lease.generation", j.Token.Generation),
 			attribute.String("leasehold.worker.id", j.Token.WorkerID),
-		),
+		)
 	}
-	producer := trace.SpanContextFromContext(
-		propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(j.Metadata)))
-	if producer.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
-	}
-	return w.tracer.Start(e.ctx, "leasehold.job "+j.Kind, opts...)
+	return ctx, span
 }
+
+// The start options of the handler's and the reports' spans, built once.
+var (
+	jobSpanStart    = []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer)}
+	reportSpanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)

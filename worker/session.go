@@ -50,6 +50,10 @@ type session struct {
 	// reports are the reports awaiting answers on this stream; nil when
 	// the coordinator does not take reports on the stream.
 	reports *streamReports
+	// batchReports: the coordinator takes ReportBatch (the
+	// report_batches capability); sendLoop packs the reports queued at
+	// the same moment into one.
+	batchReports bool
 
 	// Guarded by Worker.mu:
 	// outstanding is the credits granted on this stream not yet spent by a
@@ -116,6 +120,7 @@ func isFatalConnectError(err error) bool {
 func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
+	caps := w.capabilities(ctx)
 	stream, err := w.api.Connect(ctx)
 	if err != nil {
 		return false, err
@@ -130,6 +135,9 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 		// Every pushed lease is acknowledged as it arrives (an older
 		// coordinator ignores both the feature and the acks).
 		Features: []string{featureLeaseAcks},
+	}
+	if caps[capabilityLeaseBatches] {
+		hello.Features = append(hello.Features, featureLeaseBatches)
 	}
 	if w.cfg.LeaseDuration > 0 {
 		hello.LeaseDuration = durationpb.New(w.cfg.LeaseDuration)
@@ -161,8 +169,9 @@ func (w *Worker) runSession(parent context.Context) (welcomed bool, err error) {
 		acks:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
-	if w.supportsStreamReports(ctx) {
+	if caps[capabilityStreamReports] {
 		s.reports = &streamReports{pending: map[reportKey]chan *leaseholdv1.ReportResult{}}
+		s.batchReports = caps[capabilityReportBatches]
 	}
 	lease := cmp.Or(welcome.GetLeaseDuration().AsDuration(), w.cfg.LeaseDuration, LeaseDurationServerDefault)
 	w.mu.Lock()
@@ -219,6 +228,17 @@ func (s *session) sendLoop() {
 			_ = s.stream.CloseSend()
 			return
 		case msg = <-s.sendq:
+			if s.batchReports && isReport(msg) {
+				var next *leaseholdv1.ConnectRequest
+				msg, next = s.gatherReports(msg)
+				if next != nil {
+					if err := s.stream.Send(msg); err != nil {
+						s.cancel()
+						return
+					}
+					msg = next
+				}
+			}
 		case <-s.acks:
 			msg = s.takeAcks()
 			if msg == nil {
@@ -310,10 +330,19 @@ func (s *session) recvLoop() error {
 			// Acknowledged at once, before it runs: the coordinator bounds
 			// what it pushes by what is acknowledged, and ends a stream
 			// that leaves a lease unacknowledged too long.
-			s.queueAck(m.Lease.GetToken().GetJobId())
+			s.queueAcks(m.Lease)
 			w.onLease(s.ctx, s, m.Lease)
+		case *leaseholdv1.ConnectResponse_LeaseBatch:
+			s.queueAcks(m.LeaseBatch.GetLeases()...)
+			for _, l := range m.LeaseBatch.GetLeases() {
+				w.onLease(s.ctx, s, l)
+			}
 		case *leaseholdv1.ConnectResponse_ReportResult:
 			s.answerReport(m.ReportResult)
+		case *leaseholdv1.ConnectResponse_ReportResults:
+			for _, r := range m.ReportResults.GetResults() {
+				s.answerReport(r)
+			}
 		case *leaseholdv1.ConnectResponse_HeartbeatResult:
 			w.applyRenewals(m.HeartbeatResult.GetResults())
 		case *leaseholdv1.ConnectResponse_CancelRequested:
@@ -349,11 +378,13 @@ func (s *session) recvLoop() error {
 // every pushed lease as it arrives.
 const featureLeaseAcks = "lease_acks"
 
-// queueAck adds a pushed lease to the next LeaseAck and wakes sendLoop.
+// queueAcks adds pushed leases to the next LeaseAck and wakes sendLoop.
 // Acks of leases received together go in one message.
-func (s *session) queueAck(jobID string) {
+func (s *session) queueAcks(leases ...*leaseholdv1.LeasedJob) {
 	s.ackMu.Lock()
-	s.pendingAcks = append(s.pendingAcks, jobID)
+	for _, l := range leases {
+		s.pendingAcks = append(s.pendingAcks, l.GetToken().GetJobId())
+	}
 	s.ackMu.Unlock()
 	select {
 	case s.acks <- struct{}{}:

@@ -2,19 +2,39 @@ package worker
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
-// capabilityStreamReports is the GetVersion capability of a coordinator
-// that takes complete, retry, cancel and release on the Connect stream.
-const capabilityStreamReports = "stream_reports"
+// GetVersion capabilities the stream uses.
+const (
+	// capabilityStreamReports: the coordinator takes complete, retry,
+	// cancel and release on the Connect stream.
+	capabilityStreamReports = "stream_reports"
+	// capabilityLeaseBatches: the coordinator pushes LeaseBatch and
+	// ReportResultBatch to a worker that declares featureLeaseBatches.
+	capabilityLeaseBatches = "lease_batches"
+	// capabilityReportBatches: the coordinator takes ReportBatch.
+	capabilityReportBatches = "report_batches"
+)
+
+// featureLeaseBatches is the Hello feature of a worker that takes
+// LeaseBatch and ReportResultBatch messages.
+const featureLeaseBatches = "lease_batches"
+
+// Bounds of one ReportBatch: reportBatchBytesMax stays within what any
+// coordinator accepts in one message (its payload limit plus 1 MiB); a
+// report that does not fit goes in a message of its own.
+const (
+	reportBatchMax      = 256
+	reportBatchBytesMax = 512 << 10
+)
 
 // errorDomain is the ErrorInfo domain of the coordinator's errors.
 const errorDomain = "leasehold.dev"
@@ -33,11 +53,82 @@ type streamReports struct {
 	pending map[reportKey]chan *leaseholdv1.ReportResult
 }
 
-// supportsStreamReports asks the coordinator whether it takes reports on
-// the stream. Any failure means no: the unary calls always work.
-func (w *Worker) supportsStreamReports(ctx context.Context) bool {
+// capabilities asks the coordinator which of the stream's optional
+// features it has, before the stream opens. Any failure means none: the
+// plain stream and the unary calls always work.
+func (w *Worker) capabilities(ctx context.Context) map[string]bool {
 	v, err := w.api.GetVersion(ctx, &leaseholdv1.GetVersionRequest{})
-	return err == nil && slices.Contains(v.GetCapabilities(), capabilityStreamReports)
+	if err != nil {
+		return nil
+	}
+	caps := make(map[string]bool, len(v.GetCapabilities()))
+	for _, c := range v.GetCapabilities() {
+		caps[c] = true
+	}
+	return caps
+}
+
+// isReport reports whether m is a report (complete, retry, cancel or
+// release).
+func isReport(m *leaseholdv1.ConnectRequest) bool {
+	switch m.GetMsg().(type) {
+	case *leaseholdv1.ConnectRequest_Complete, *leaseholdv1.ConnectRequest_Retry,
+		*leaseholdv1.ConnectRequest_Cancel, *leaseholdv1.ConnectRequest_Release:
+		return true
+	default:
+		return false
+	}
+}
+
+// gatherReports packs the report first and the reports queued behind it
+// at this moment into one ReportBatch; it never waits for more. msg is
+// what to send: first alone when nothing was queued behind it. next is a
+// message taken from the queue that does not go in the batch (not a
+// report, or a report that does not fit), to be sent after msg.
+func (s *session) gatherReports(first *leaseholdv1.ConnectRequest) (msg, next *leaseholdv1.ConnectRequest) {
+	var items []*leaseholdv1.BatchedReport
+	size := proto.Size(first)
+gather:
+	for len(items) < reportBatchMax {
+		var m *leaseholdv1.ConnectRequest
+		select {
+		case m = <-s.sendq:
+		default:
+			break gather
+		}
+		n := proto.Size(m)
+		if !isReport(m) || size+n > reportBatchBytesMax {
+			next = m
+			break
+		}
+		if items == nil {
+			items = append(make([]*leaseholdv1.BatchedReport, 0, 8), batchedReport(first))
+		}
+		items = append(items, batchedReport(m))
+		size += n
+	}
+	if items == nil {
+		return first, next
+	}
+	return &leaseholdv1.ConnectRequest{Msg: &leaseholdv1.ConnectRequest_ReportBatch{
+		ReportBatch: &leaseholdv1.ReportBatch{Reports: items},
+	}}, next
+}
+
+// batchedReport is the report m as an item of a ReportBatch.
+func batchedReport(m *leaseholdv1.ConnectRequest) *leaseholdv1.BatchedReport {
+	b := &leaseholdv1.BatchedReport{TraceContext: m.GetTraceContext()}
+	switch x := m.GetMsg().(type) {
+	case *leaseholdv1.ConnectRequest_Complete:
+		b.Report = &leaseholdv1.BatchedReport_Complete{Complete: x.Complete}
+	case *leaseholdv1.ConnectRequest_Retry:
+		b.Report = &leaseholdv1.BatchedReport_Retry{Retry: x.Retry}
+	case *leaseholdv1.ConnectRequest_Cancel:
+		b.Report = &leaseholdv1.BatchedReport_Cancel{Cancel: x.Cancel}
+	case *leaseholdv1.ConnectRequest_Release:
+		b.Report = &leaseholdv1.BatchedReport_Release{Release: x.Release}
+	}
+	return b
 }
 
 // sendReport sends a report on the stream and waits for its answer, the

@@ -15,6 +15,7 @@ type streamFlags struct {
 	unackedLeases int
 	unackedBytes  int
 	ackTimeout    time.Duration
+	batches       bool
 }
 
 // addStreamFlags registers the stream flags (their variables are bound
@@ -28,6 +29,8 @@ func (c *cli) addStreamFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"bytes of leases pushed to one worker stream and not yet acknowledged, at most"+env("stream-unacked-bytes"))
 	fs.DurationVar(&s.ackTimeout, "stream-ack-timeout", coordinator.StreamAckTimeoutDefault,
 		"a worker that declared lease_acks and leaves a pushed lease unacknowledged this long has its stream ended and its leases released"+env("stream-ack-timeout"))
+	fs.BoolVar(&s.batches, "stream-batches", true,
+		"several leases, reports and answers in one worker stream message, for workers that ask; false = one each, as before"+env("stream-batches"))
 }
 
 // apply copies the stream bounds into cfg.
@@ -35,4 +38,5 @@ func (s *streamFlags) apply(cfg *coordinator.Config) {
 	cfg.StreamUnackedLeases = s.unackedLeases
 	cfg.StreamUnackedBytes = s.unackedBytes
 	cfg.StreamAckTimeout = s.ackTimeout
+	cfg.StreamBatchesOff = !s.batches
 }

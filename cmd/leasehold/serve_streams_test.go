@@ -22,7 +22,7 @@ func TestServeStreamBoundFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	var f limitFlags
 	c.addLimitFlags(fs, &f)
-	if err := fs.Parse([]string{"--stream-unacked-leases", "8", "--stream-ack-timeout", "3s"}); err != nil {
+	if err := fs.Parse([]string{"--stream-unacked-leases", "8", "--stream-ack-timeout", "3s", "--stream-batches=false"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := bindFlagEnv(c.getenv, fs); err != nil {
@@ -30,9 +30,9 @@ func TestServeStreamBoundFlags(t *testing.T) {
 	}
 	var cfg coordinator.Config
 	f.apply(&cfg)
-	if cfg.StreamUnackedLeases != 8 || cfg.StreamUnackedBytes != 1<<20 || cfg.StreamAckTimeout != 3*time.Second {
-		t.Fatalf("config: %d leases, %d bytes, ack timeout %v; want 8, 1 MiB, 3s",
-			cfg.StreamUnackedLeases, cfg.StreamUnackedBytes, cfg.StreamAckTimeout)
+	if cfg.StreamUnackedLeases != 8 || cfg.StreamUnackedBytes != 1<<20 || cfg.StreamAckTimeout != 3*time.Second || !cfg.StreamBatchesOff {
+		t.Fatalf("config: %d leases, %d bytes, ack timeout %v, batches off %v; want 8, 1 MiB, 3s, true",
+			cfg.StreamUnackedLeases, cfg.StreamUnackedBytes, cfg.StreamAckTimeout, cfg.StreamBatchesOff)
 	}
 }
 

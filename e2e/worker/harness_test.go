@@ -214,8 +214,15 @@ type recordingConn struct {
 	legacy atomic.Bool
 	// connects counts the Connect streams opened.
 	connects atomic.Int32
-	mu       sync.Mutex
-	calls    []recordedCall
+	// reportBatches counts the ReportBatch messages sent, leaseBatches
+	// and resultBatches the LeaseBatch and ReportResultBatch messages
+	// received.
+	reportBatches, leaseBatches, resultBatches atomic.Int32
+	// largestReportBatch is the encoded size of the largest ReportBatch
+	// sent.
+	largestReportBatch atomic.Int64
+	mu                 sync.Mutex
+	calls              []recordedCall
 }
 
 type recordedCall struct {
@@ -256,25 +263,62 @@ type recordingStream struct {
 
 func (s *recordingStream) SendMsg(m any) error {
 	if r, ok := m.(*leaseholdv1.ConnectRequest); ok {
-		var method string
-		var req proto.Message
-		switch x := r.GetMsg().(type) {
-		case *leaseholdv1.ConnectRequest_Complete:
-			method, req = "Complete", x.Complete
-		case *leaseholdv1.ConnectRequest_Retry:
-			method, req = "Retry", x.Retry
-		case *leaseholdv1.ConnectRequest_Cancel:
-			method, req = "Cancel", x.Cancel
-		case *leaseholdv1.ConnectRequest_Release:
-			method, req = "Release", x.Release
-		}
-		if req != nil {
-			s.c.mu.Lock()
-			s.c.calls = append(s.c.calls, recordedCall{method: "/leasehold.v1.WorkerService/" + method, req: proto.Clone(req), stream: true})
-			s.c.mu.Unlock()
+		if b := r.GetReportBatch(); b != nil {
+			s.c.reportBatches.Add(1)
+			for size := int64(proto.Size(r)); ; {
+				if old := s.c.largestReportBatch.Load(); size <= old || s.c.largestReportBatch.CompareAndSwap(old, size) {
+					break
+				}
+			}
+			for _, it := range b.GetReports() {
+				s.record(it)
+			}
+		} else {
+			s.record(r)
 		}
 	}
 	return s.ClientStream.SendMsg(m)
+}
+
+// record records the report r carries (a ConnectRequest or an item of a
+// ReportBatch), if any.
+func (s *recordingStream) record(r interface {
+	GetComplete() *leaseholdv1.CompleteRequest
+	GetRetry() *leaseholdv1.RetryRequest
+	GetCancel() *leaseholdv1.CancelRequest
+	GetRelease() *leaseholdv1.ReleaseRequest
+},
+) {
+	var method string
+	var req proto.Message
+	switch {
+	case r.GetComplete() != nil:
+		method, req = "Complete", r.GetComplete()
+	case r.GetRetry() != nil:
+		method, req = "Retry", r.GetRetry()
+	case r.GetCancel() != nil:
+		method, req = "Cancel", r.GetCancel()
+	case r.GetRelease() != nil:
+		method, req = "Release", r.GetRelease()
+	default:
+		return
+	}
+	s.c.mu.Lock()
+	s.c.calls = append(s.c.calls, recordedCall{method: "/leasehold.v1.WorkerService/" + method, req: proto.Clone(req), stream: true})
+	s.c.mu.Unlock()
+}
+
+func (s *recordingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*leaseholdv1.ConnectResponse); ok && err == nil {
+		switch {
+		case r.GetLeaseBatch() != nil:
+			s.c.leaseBatches.Add(1)
+		case r.GetReportResults() != nil:
+			s.c.resultBatches.Add(1)
+		}
+	}
+	return err
 }
 
 // sentOnStream counts the recorded calls to method that went on the

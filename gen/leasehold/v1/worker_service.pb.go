@@ -1295,6 +1295,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Retry
 	//	*ConnectRequest_Cancel
 	//	*ConnectRequest_Release
+	//	*ConnectRequest_ReportBatch
 	Msg isConnectRequest_Msg `protobuf_oneof:"msg"`
 	// The W3C trace context ("traceparent", optionally "tracestate") of the
 	// worker's span for a report (complete, retry, cancel, release) sent on
@@ -1416,6 +1417,15 @@ func (x *ConnectRequest) GetRelease() *ReleaseRequest {
 	return nil
 }
 
+func (x *ConnectRequest) GetReportBatch() *ReportBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_ReportBatch); ok {
+			return x.ReportBatch
+		}
+	}
+	return nil
+}
+
 func (x *ConnectRequest) GetTraceContext() map[string]string {
 	if x != nil {
 		return x.TraceContext
@@ -1476,6 +1486,13 @@ type ConnectRequest_Release struct {
 	Release *ReleaseRequest `protobuf:"bytes,8,opt,name=release,proto3,oneof"`
 }
 
+type ConnectRequest_ReportBatch struct {
+	// Several reports in one message, each validated and applied exactly
+	// as if sent alone; their answers come in ReportResultBatch messages.
+	// Needs the "report_batches" capability.
+	ReportBatch *ReportBatch `protobuf:"bytes,10,opt,name=report_batch,json=reportBatch,proto3,oneof"`
+}
+
 func (*ConnectRequest_Hello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Credit) isConnectRequest_Msg() {}
@@ -1491,6 +1508,8 @@ func (*ConnectRequest_Retry) isConnectRequest_Msg() {}
 func (*ConnectRequest_Cancel) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Release) isConnectRequest_Msg() {}
+
+func (*ConnectRequest_ReportBatch) isConnectRequest_Msg() {}
 
 // Hello introduces the worker on a Connect stream.
 type Hello struct {
@@ -1516,6 +1535,9 @@ type Hello struct {
 	// LeaseAck for every pushed lease as soon as it receives it, and the
 	// coordinator may end the stream (RESOURCE_EXHAUSTED,
 	// STREAM_NOT_ACKNOWLEDGING) when one stays unacknowledged too long.
+	// "lease_batches": the worker takes LeaseBatch and ReportResultBatch
+	// messages (a coordinator with the "lease_batches" capability may then
+	// push several leases, or several report answers, in one message).
 	Features      []string `protobuf:"bytes,8,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1709,6 +1731,185 @@ func (x *Heartbeat) GetLeaseDuration() *durationpb.Duration {
 	return nil
 }
 
+// ReportBatch carries several reports on the Connect stream. Each item is
+// validated and applied as the same report sent alone would be, and gets
+// its own ReportResult: one invalid item, or one whose lease is lost,
+// leaves the others unaffected.
+type ReportBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reports (1–1,000), any mix of kinds and jobs.
+	Reports       []*BatchedReport `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportBatch) Reset() {
+	*x = ReportBatch{}
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBatch) ProtoMessage() {}
+
+func (x *ReportBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBatch.ProtoReflect.Descriptor instead.
+func (*ReportBatch) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReportBatch) GetReports() []*BatchedReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// BatchedReport is one report of a ReportBatch.
+type BatchedReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The report.
+	//
+	// Types that are valid to be assigned to Report:
+	//
+	//	*BatchedReport_Complete
+	//	*BatchedReport_Retry
+	//	*BatchedReport_Cancel
+	//	*BatchedReport_Release
+	Report isBatchedReport_Report `protobuf_oneof:"report"`
+	// As ConnectRequest.trace_context, for this report.
+	TraceContext  map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchedReport) Reset() {
+	*x = BatchedReport{}
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchedReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchedReport) ProtoMessage() {}
+
+func (x *BatchedReport) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchedReport.ProtoReflect.Descriptor instead.
+func (*BatchedReport) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BatchedReport) GetReport() isBatchedReport_Report {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *BatchedReport) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Report.(*BatchedReport_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *BatchedReport) GetRetry() *RetryRequest {
+	if x != nil {
+		if x, ok := x.Report.(*BatchedReport_Retry); ok {
+			return x.Retry
+		}
+	}
+	return nil
+}
+
+func (x *BatchedReport) GetCancel() *CancelRequest {
+	if x != nil {
+		if x, ok := x.Report.(*BatchedReport_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *BatchedReport) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Report.(*BatchedReport_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchedReport) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+type isBatchedReport_Report interface {
+	isBatchedReport_Report()
+}
+
+type BatchedReport_Complete struct {
+	// As ConnectRequest.complete.
+	Complete *CompleteRequest `protobuf:"bytes,1,opt,name=complete,proto3,oneof"`
+}
+
+type BatchedReport_Retry struct {
+	// As ConnectRequest.retry.
+	Retry *RetryRequest `protobuf:"bytes,2,opt,name=retry,proto3,oneof"`
+}
+
+type BatchedReport_Cancel struct {
+	// As ConnectRequest.cancel.
+	Cancel *CancelRequest `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
+}
+
+type BatchedReport_Release struct {
+	// As ConnectRequest.release.
+	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+func (*BatchedReport_Complete) isBatchedReport_Report() {}
+
+func (*BatchedReport_Retry) isBatchedReport_Report() {}
+
+func (*BatchedReport_Cancel) isBatchedReport_Report() {}
+
+func (*BatchedReport_Release) isBatchedReport_Report() {}
+
 // LeaseAck acknowledges pushed leases: the worker has received them.
 type LeaseAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1721,7 +1922,7 @@ type LeaseAck struct {
 
 func (x *LeaseAck) Reset() {
 	*x = LeaseAck{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1934,7 @@ func (x *LeaseAck) String() string {
 func (*LeaseAck) ProtoMessage() {}
 
 func (x *LeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1947,7 @@ func (x *LeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseAck.ProtoReflect.Descriptor instead.
 func (*LeaseAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseAck) GetJobIds() []string {
@@ -1770,6 +1971,8 @@ type ConnectResponse struct {
 	//	*ConnectResponse_LeaseLost
 	//	*ConnectResponse_Drain
 	//	*ConnectResponse_ReportResult
+	//	*ConnectResponse_LeaseBatch
+	//	*ConnectResponse_ReportResults
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1777,7 +1980,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1992,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2005,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConnectResponse) GetMsg() isConnectResponse_Msg {
@@ -1875,6 +2078,24 @@ func (x *ConnectResponse) GetReportResult() *ReportResult {
 	return nil
 }
 
+func (x *ConnectResponse) GetLeaseBatch() *LeaseBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_LeaseBatch); ok {
+			return x.LeaseBatch
+		}
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetReportResults() *ReportResultBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ReportResults); ok {
+			return x.ReportResults
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -1917,6 +2138,20 @@ type ConnectResponse_ReportResult struct {
 	ReportResult *ReportResult `protobuf:"bytes,7,opt,name=report_result,json=reportResult,proto3,oneof"`
 }
 
+type ConnectResponse_LeaseBatch struct {
+	// Several newly leased jobs; each spends one credit and is counted
+	// (and acknowledged) as if pushed alone. Sent only to a worker that
+	// declared the "lease_batches" feature.
+	LeaseBatch *LeaseBatch `protobuf:"bytes,8,opt,name=lease_batch,json=leaseBatch,proto3,oneof"`
+}
+
+type ConnectResponse_ReportResults struct {
+	// Several answers to reports sent on this stream (alone or in a
+	// ReportBatch), each as a ReportResult message would carry it. Sent
+	// only to a worker that declared the "lease_batches" feature.
+	ReportResults *ReportResultBatch `protobuf:"bytes,9,opt,name=report_results,json=reportResults,proto3,oneof"`
+}
+
 func (*ConnectResponse_Welcome) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Lease) isConnectResponse_Msg() {}
@@ -1930,6 +2165,103 @@ func (*ConnectResponse_LeaseLost) isConnectResponse_Msg() {}
 func (*ConnectResponse_Drain) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_ReportResult) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_LeaseBatch) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ReportResults) isConnectResponse_Msg() {}
+
+// LeaseBatch is several leases pushed in one message, in the order they
+// would have been pushed one by one.
+type LeaseBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leases.
+	Leases        []*LeasedJob `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseBatch) Reset() {
+	*x = LeaseBatch{}
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseBatch) ProtoMessage() {}
+
+func (x *LeaseBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseBatch.ProtoReflect.Descriptor instead.
+func (*LeaseBatch) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LeaseBatch) GetLeases() []*LeasedJob {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// ReportResultBatch is several report answers in one message.
+type ReportResultBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answers, in no particular order: correlate them by (kind, token).
+	Results       []*ReportResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResultBatch) Reset() {
+	*x = ReportResultBatch{}
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResultBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResultBatch) ProtoMessage() {}
+
+func (x *ReportResultBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResultBatch.ProtoReflect.Descriptor instead.
+func (*ReportResultBatch) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReportResultBatch) GetResults() []*ReportResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
 
 // ReportResult answers one report sent on the Connect stream with exactly
 // what the unary call would have answered. It is sent only after the
@@ -1959,7 +2291,7 @@ type ReportResult struct {
 
 func (x *ReportResult) Reset() {
 	*x = ReportResult{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2303,7 @@ func (x *ReportResult) String() string {
 func (*ReportResult) ProtoMessage() {}
 
 func (x *ReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2316,7 @@ func (x *ReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResult.ProtoReflect.Descriptor instead.
 func (*ReportResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportResult) GetToken() *LeaseToken {
@@ -2044,7 +2376,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2388,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2401,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Welcome) GetCoordinatorId() string {
@@ -2104,7 +2436,7 @@ type HeartbeatResult struct {
 
 func (x *HeartbeatResult) Reset() {
 	*x = HeartbeatResult{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2448,7 @@ func (x *HeartbeatResult) String() string {
 func (*HeartbeatResult) ProtoMessage() {}
 
 func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2461,7 @@ func (x *HeartbeatResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResult.ProtoReflect.Descriptor instead.
 func (*HeartbeatResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HeartbeatResult) GetResults() []*RenewResult {
@@ -2152,7 +2484,7 @@ type CancelNotice struct {
 
 func (x *CancelNotice) Reset() {
 	*x = CancelNotice{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2496,7 @@ func (x *CancelNotice) String() string {
 func (*CancelNotice) ProtoMessage() {}
 
 func (x *CancelNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2509,7 @@ func (x *CancelNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelNotice.ProtoReflect.Descriptor instead.
 func (*CancelNotice) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelNotice) GetToken() *LeaseToken {
@@ -2205,7 +2537,7 @@ type LeaseLostNotice struct {
 
 func (x *LeaseLostNotice) Reset() {
 	*x = LeaseLostNotice{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2549,7 @@ func (x *LeaseLostNotice) String() string {
 func (*LeaseLostNotice) ProtoMessage() {}
 
 func (x *LeaseLostNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2562,7 @@ func (x *LeaseLostNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseLostNotice.ProtoReflect.Descriptor instead.
 func (*LeaseLostNotice) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseLostNotice) GetToken() *LeaseToken {
@@ -2253,7 +2585,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2597,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2610,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Drain) GetReason() string {
@@ -2304,7 +2636,7 @@ type GetVersionRequest struct {
 
 func (x *GetVersionRequest) Reset() {
 	*x = GetVersionRequest{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2648,7 @@ func (x *GetVersionRequest) String() string {
 func (*GetVersionRequest) ProtoMessage() {}
 
 func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2661,7 @@ func (x *GetVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionRequest.ProtoReflect.Descriptor instead.
 func (*GetVersionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{36}
 }
 
 // GetVersionResponse describes the server.
@@ -2342,7 +2674,9 @@ type GetVersionResponse struct {
 	// Feature names the server supports, e.g. "connect_stream",
 	// "effect_ledger", "checkpoints", "dead_letter", "long_poll_claim",
 	// "lease_acks" (pushed leases are bounded by what the worker has
-	// acknowledged), "renew_reported" (RENEW_STATUS_REPORTED).
+	// acknowledged), "renew_reported" (RENEW_STATUS_REPORTED),
+	// "lease_batches" (LeaseBatch and ReportResultBatch for a worker that
+	// declares the feature in its Hello), "report_batches" (ReportBatch).
 	Capabilities []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// The storage engine: "postgres" or "sqlite".
 	StoreEngine string `protobuf:"bytes,4,opt,name=store_engine,json=storeEngine,proto3" json:"store_engine,omitempty"`
@@ -2359,7 +2693,7 @@ type GetVersionResponse struct {
 
 func (x *GetVersionResponse) Reset() {
 	*x = GetVersionResponse{}
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2705,7 @@ func (x *GetVersionResponse) String() string {
 func (*GetVersionResponse) ProtoMessage() {}
 
 func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_worker_service_proto_msgTypes[33]
+	mi := &file_leasehold_v1_worker_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2718,7 @@ func (x *GetVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVersionResponse.ProtoReflect.Descriptor instead.
 func (*GetVersionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_worker_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetVersionResponse) GetVersion() string {
@@ -2500,7 +2834,7 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\x15provider_operation_id\x18\x04 \x01(\tR\x13providerOperationId\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\"D\n" +
 	"\x14RecordEffectResponse\x12,\n" +
-	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\xd6\x04\n" +
+	"\x06effect\x18\x01 \x01(\v2\x14.leasehold.v1.EffectR\x06effect\"\x96\x05\n" +
 	"\x0eConnectRequest\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x13.leasehold.v1.HelloH\x00R\x05hello\x123\n" +
 	"\x06credit\x18\x02 \x01(\v2\x19.leasehold.v1.CreditGrantH\x00R\x06credit\x127\n" +
@@ -2509,7 +2843,9 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\bcomplete\x18\x05 \x01(\v2\x1d.leasehold.v1.CompleteRequestH\x00R\bcomplete\x122\n" +
 	"\x05retry\x18\x06 \x01(\v2\x1a.leasehold.v1.RetryRequestH\x00R\x05retry\x125\n" +
 	"\x06cancel\x18\a \x01(\v2\x1b.leasehold.v1.CancelRequestH\x00R\x06cancel\x128\n" +
-	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12S\n" +
+	"\arelease\x18\b \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12>\n" +
+	"\freport_batch\x18\n" +
+	" \x01(\v2\x19.leasehold.v1.ReportBatchH\x00R\vreportBatch\x12S\n" +
 	"\rtrace_context\x18\t \x03(\v2..leasehold.v1.ConnectRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -2532,9 +2868,21 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\acredits\x18\x01 \x01(\x05R\acredits\"\x7f\n" +
 	"\tHeartbeat\x120\n" +
 	"\x06tokens\x18\x01 \x03(\v2\x18.leasehold.v1.LeaseTokenR\x06tokens\x12@\n" +
-	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"#\n" +
+	"\x0elease_duration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\"D\n" +
+	"\vReportBatch\x125\n" +
+	"\areports\x18\x01 \x03(\v2\x1b.leasehold.v1.BatchedReportR\areports\"\x90\x03\n" +
+	"\rBatchedReport\x12;\n" +
+	"\bcomplete\x18\x01 \x01(\v2\x1d.leasehold.v1.CompleteRequestH\x00R\bcomplete\x122\n" +
+	"\x05retry\x18\x02 \x01(\v2\x1a.leasehold.v1.RetryRequestH\x00R\x05retry\x125\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1b.leasehold.v1.CancelRequestH\x00R\x06cancel\x128\n" +
+	"\arelease\x18\x04 \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12R\n" +
+	"\rtrace_context\x18\x05 \x03(\v2-.leasehold.v1.BatchedReport.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06report\"#\n" +
 	"\bLeaseAck\x12\x17\n" +
-	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\xc1\x03\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\"\xc8\x04\n" +
 	"\x0fConnectResponse\x121\n" +
 	"\awelcome\x18\x01 \x01(\v2\x15.leasehold.v1.WelcomeH\x00R\awelcome\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x17.leasehold.v1.LeasedJobH\x00R\x05lease\x12J\n" +
@@ -2543,8 +2891,16 @@ const file_leasehold_v1_worker_service_proto_rawDesc = "" +
 	"\n" +
 	"lease_lost\x18\x05 \x01(\v2\x1d.leasehold.v1.LeaseLostNoticeH\x00R\tleaseLost\x12+\n" +
 	"\x05drain\x18\x06 \x01(\v2\x13.leasehold.v1.DrainH\x00R\x05drain\x12A\n" +
-	"\rreport_result\x18\a \x01(\v2\x1a.leasehold.v1.ReportResultH\x00R\freportResultB\x05\n" +
-	"\x03msg\"\xe0\x01\n" +
+	"\rreport_result\x18\a \x01(\v2\x1a.leasehold.v1.ReportResultH\x00R\freportResult\x12;\n" +
+	"\vlease_batch\x18\b \x01(\v2\x18.leasehold.v1.LeaseBatchH\x00R\n" +
+	"leaseBatch\x12H\n" +
+	"\x0ereport_results\x18\t \x01(\v2\x1f.leasehold.v1.ReportResultBatchH\x00R\rreportResultsB\x05\n" +
+	"\x03msg\"=\n" +
+	"\n" +
+	"LeaseBatch\x12/\n" +
+	"\x06leases\x18\x01 \x03(\v2\x17.leasehold.v1.LeasedJobR\x06leases\"I\n" +
+	"\x11ReportResultBatch\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.leasehold.v1.ReportResultR\aresults\"\xe0\x01\n" +
 	"\fReportResult\x12.\n" +
 	"\x05token\x18\x01 \x01(\v2\x18.leasehold.v1.LeaseTokenR\x05token\x12,\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x18.leasehold.v1.ReportKindR\x04kind\x12\x12\n" +
@@ -2616,7 +2972,7 @@ func file_leasehold_v1_worker_service_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_worker_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_leasehold_v1_worker_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(RenewStatus)(0),               // 0: leasehold.v1.RenewStatus
 	(ReportKind)(0),                // 1: leasehold.v1.ReportKind
@@ -2644,118 +3000,134 @@ var file_leasehold_v1_worker_service_proto_goTypes = []any{
 	(*Hello)(nil),                  // 23: leasehold.v1.Hello
 	(*CreditGrant)(nil),            // 24: leasehold.v1.CreditGrant
 	(*Heartbeat)(nil),              // 25: leasehold.v1.Heartbeat
-	(*LeaseAck)(nil),               // 26: leasehold.v1.LeaseAck
-	(*ConnectResponse)(nil),        // 27: leasehold.v1.ConnectResponse
-	(*ReportResult)(nil),           // 28: leasehold.v1.ReportResult
-	(*Welcome)(nil),                // 29: leasehold.v1.Welcome
-	(*HeartbeatResult)(nil),        // 30: leasehold.v1.HeartbeatResult
-	(*CancelNotice)(nil),           // 31: leasehold.v1.CancelNotice
-	(*LeaseLostNotice)(nil),        // 32: leasehold.v1.LeaseLostNotice
-	(*Drain)(nil),                  // 33: leasehold.v1.Drain
-	(*GetVersionRequest)(nil),      // 34: leasehold.v1.GetVersionRequest
-	(*GetVersionResponse)(nil),     // 35: leasehold.v1.GetVersionResponse
-	nil,                            // 36: leasehold.v1.ConnectRequest.TraceContextEntry
-	nil,                            // 37: leasehold.v1.Hello.LabelsEntry
-	(*Job)(nil),                    // 38: leasehold.v1.Job
-	(*LeaseToken)(nil),             // 39: leasehold.v1.LeaseToken
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
-	(*Effect)(nil),                 // 41: leasehold.v1.Effect
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
-	(*JobError)(nil),               // 43: leasehold.v1.JobError
-	(*Checkpoint)(nil),             // 44: leasehold.v1.Checkpoint
-	(EffectStatus)(0),              // 45: leasehold.v1.EffectStatus
-	(JobState)(0),                  // 46: leasehold.v1.JobState
-	(*Principal)(nil),              // 47: leasehold.v1.Principal
+	(*ReportBatch)(nil),            // 26: leasehold.v1.ReportBatch
+	(*BatchedReport)(nil),          // 27: leasehold.v1.BatchedReport
+	(*LeaseAck)(nil),               // 28: leasehold.v1.LeaseAck
+	(*ConnectResponse)(nil),        // 29: leasehold.v1.ConnectResponse
+	(*LeaseBatch)(nil),             // 30: leasehold.v1.LeaseBatch
+	(*ReportResultBatch)(nil),      // 31: leasehold.v1.ReportResultBatch
+	(*ReportResult)(nil),           // 32: leasehold.v1.ReportResult
+	(*Welcome)(nil),                // 33: leasehold.v1.Welcome
+	(*HeartbeatResult)(nil),        // 34: leasehold.v1.HeartbeatResult
+	(*CancelNotice)(nil),           // 35: leasehold.v1.CancelNotice
+	(*LeaseLostNotice)(nil),        // 36: leasehold.v1.LeaseLostNotice
+	(*Drain)(nil),                  // 37: leasehold.v1.Drain
+	(*GetVersionRequest)(nil),      // 38: leasehold.v1.GetVersionRequest
+	(*GetVersionResponse)(nil),     // 39: leasehold.v1.GetVersionResponse
+	nil,                            // 40: leasehold.v1.ConnectRequest.TraceContextEntry
+	nil,                            // 41: leasehold.v1.Hello.LabelsEntry
+	nil,                            // 42: leasehold.v1.BatchedReport.TraceContextEntry
+	(*Job)(nil),                    // 43: leasehold.v1.Job
+	(*LeaseToken)(nil),             // 44: leasehold.v1.LeaseToken
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(*Effect)(nil),                 // 46: leasehold.v1.Effect
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
+	(*JobError)(nil),               // 48: leasehold.v1.JobError
+	(*Checkpoint)(nil),             // 49: leasehold.v1.Checkpoint
+	(EffectStatus)(0),              // 50: leasehold.v1.EffectStatus
+	(JobState)(0),                  // 51: leasehold.v1.JobState
+	(*Principal)(nil),              // 52: leasehold.v1.Principal
 }
 var file_leasehold_v1_worker_service_proto_depIdxs = []int32{
-	38, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
-	39, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
-	40, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
-	41, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
-	42, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
-	42, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	43, // 0: leasehold.v1.LeasedJob.job:type_name -> leasehold.v1.Job
+	44, // 1: leasehold.v1.LeasedJob.token:type_name -> leasehold.v1.LeaseToken
+	45, // 2: leasehold.v1.LeasedJob.lease_expires_at:type_name -> google.protobuf.Timestamp
+	46, // 3: leasehold.v1.LeasedJob.effects:type_name -> leasehold.v1.Effect
+	47, // 4: leasehold.v1.ClaimRequest.lease_duration:type_name -> google.protobuf.Duration
+	47, // 5: leasehold.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	2,  // 6: leasehold.v1.ClaimResponse.jobs:type_name -> leasehold.v1.LeasedJob
-	39, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
-	42, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
-	39, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
+	44, // 7: leasehold.v1.RenewRequest.tokens:type_name -> leasehold.v1.LeaseToken
+	47, // 8: leasehold.v1.RenewRequest.lease_duration:type_name -> google.protobuf.Duration
+	44, // 9: leasehold.v1.RenewResult.token:type_name -> leasehold.v1.LeaseToken
 	0,  // 10: leasehold.v1.RenewResult.status:type_name -> leasehold.v1.RenewStatus
-	40, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
+	45, // 11: leasehold.v1.RenewResult.lease_expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 12: leasehold.v1.RenewResponse.results:type_name -> leasehold.v1.RenewResult
-	39, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
-	38, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
-	39, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
-	43, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
-	42, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
-	38, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
-	39, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
-	38, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
-	39, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
-	38, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	39, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
-	44, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
-	39, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	41, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
-	39, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
-	45, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
-	41, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
+	44, // 13: leasehold.v1.CompleteRequest.token:type_name -> leasehold.v1.LeaseToken
+	43, // 14: leasehold.v1.CompleteResponse.job:type_name -> leasehold.v1.Job
+	44, // 15: leasehold.v1.RetryRequest.token:type_name -> leasehold.v1.LeaseToken
+	48, // 16: leasehold.v1.RetryRequest.error:type_name -> leasehold.v1.JobError
+	47, // 17: leasehold.v1.RetryRequest.retry_after:type_name -> google.protobuf.Duration
+	43, // 18: leasehold.v1.RetryResponse.job:type_name -> leasehold.v1.Job
+	44, // 19: leasehold.v1.CancelRequest.token:type_name -> leasehold.v1.LeaseToken
+	43, // 20: leasehold.v1.CancelResponse.job:type_name -> leasehold.v1.Job
+	44, // 21: leasehold.v1.ReleaseRequest.token:type_name -> leasehold.v1.LeaseToken
+	43, // 22: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	44, // 23: leasehold.v1.SaveCheckpointRequest.token:type_name -> leasehold.v1.LeaseToken
+	49, // 24: leasehold.v1.SaveCheckpointResponse.checkpoint:type_name -> leasehold.v1.Checkpoint
+	44, // 25: leasehold.v1.ReserveEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	46, // 26: leasehold.v1.ReserveEffectResponse.effect:type_name -> leasehold.v1.Effect
+	44, // 27: leasehold.v1.RecordEffectRequest.token:type_name -> leasehold.v1.LeaseToken
+	50, // 28: leasehold.v1.RecordEffectRequest.status:type_name -> leasehold.v1.EffectStatus
+	46, // 29: leasehold.v1.RecordEffectResponse.effect:type_name -> leasehold.v1.Effect
 	23, // 30: leasehold.v1.ConnectRequest.hello:type_name -> leasehold.v1.Hello
 	24, // 31: leasehold.v1.ConnectRequest.credit:type_name -> leasehold.v1.CreditGrant
 	25, // 32: leasehold.v1.ConnectRequest.heartbeat:type_name -> leasehold.v1.Heartbeat
-	26, // 33: leasehold.v1.ConnectRequest.ack:type_name -> leasehold.v1.LeaseAck
+	28, // 33: leasehold.v1.ConnectRequest.ack:type_name -> leasehold.v1.LeaseAck
 	8,  // 34: leasehold.v1.ConnectRequest.complete:type_name -> leasehold.v1.CompleteRequest
 	10, // 35: leasehold.v1.ConnectRequest.retry:type_name -> leasehold.v1.RetryRequest
 	12, // 36: leasehold.v1.ConnectRequest.cancel:type_name -> leasehold.v1.CancelRequest
 	14, // 37: leasehold.v1.ConnectRequest.release:type_name -> leasehold.v1.ReleaseRequest
-	36, // 38: leasehold.v1.ConnectRequest.trace_context:type_name -> leasehold.v1.ConnectRequest.TraceContextEntry
-	37, // 39: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
-	42, // 40: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
-	39, // 41: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
-	42, // 42: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
-	29, // 43: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
-	2,  // 44: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
-	30, // 45: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
-	31, // 46: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
-	32, // 47: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
-	33, // 48: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
-	28, // 49: leasehold.v1.ConnectResponse.report_result:type_name -> leasehold.v1.ReportResult
-	39, // 50: leasehold.v1.ReportResult.token:type_name -> leasehold.v1.LeaseToken
-	1,  // 51: leasehold.v1.ReportResult.kind:type_name -> leasehold.v1.ReportKind
-	46, // 52: leasehold.v1.ReportResult.state:type_name -> leasehold.v1.JobState
-	42, // 53: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
-	42, // 54: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	6,  // 55: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
-	39, // 56: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
-	39, // 57: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
-	42, // 58: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
-	40, // 59: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
-	47, // 60: leasehold.v1.GetVersionResponse.caller:type_name -> leasehold.v1.Principal
-	3,  // 61: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
-	5,  // 62: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
-	8,  // 63: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
-	10, // 64: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
-	12, // 65: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
-	14, // 66: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	16, // 67: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
-	18, // 68: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
-	20, // 69: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
-	22, // 70: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
-	34, // 71: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
-	4,  // 72: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
-	7,  // 73: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
-	9,  // 74: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
-	11, // 75: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
-	13, // 76: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
-	15, // 77: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	17, // 78: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
-	19, // 79: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
-	21, // 80: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
-	27, // 81: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
-	35, // 82: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
-	72, // [72:83] is the sub-list for method output_type
-	61, // [61:72] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	26, // 38: leasehold.v1.ConnectRequest.report_batch:type_name -> leasehold.v1.ReportBatch
+	40, // 39: leasehold.v1.ConnectRequest.trace_context:type_name -> leasehold.v1.ConnectRequest.TraceContextEntry
+	41, // 40: leasehold.v1.Hello.labels:type_name -> leasehold.v1.Hello.LabelsEntry
+	47, // 41: leasehold.v1.Hello.lease_duration:type_name -> google.protobuf.Duration
+	44, // 42: leasehold.v1.Heartbeat.tokens:type_name -> leasehold.v1.LeaseToken
+	47, // 43: leasehold.v1.Heartbeat.lease_duration:type_name -> google.protobuf.Duration
+	27, // 44: leasehold.v1.ReportBatch.reports:type_name -> leasehold.v1.BatchedReport
+	8,  // 45: leasehold.v1.BatchedReport.complete:type_name -> leasehold.v1.CompleteRequest
+	10, // 46: leasehold.v1.BatchedReport.retry:type_name -> leasehold.v1.RetryRequest
+	12, // 47: leasehold.v1.BatchedReport.cancel:type_name -> leasehold.v1.CancelRequest
+	14, // 48: leasehold.v1.BatchedReport.release:type_name -> leasehold.v1.ReleaseRequest
+	42, // 49: leasehold.v1.BatchedReport.trace_context:type_name -> leasehold.v1.BatchedReport.TraceContextEntry
+	33, // 50: leasehold.v1.ConnectResponse.welcome:type_name -> leasehold.v1.Welcome
+	2,  // 51: leasehold.v1.ConnectResponse.lease:type_name -> leasehold.v1.LeasedJob
+	34, // 52: leasehold.v1.ConnectResponse.heartbeat_result:type_name -> leasehold.v1.HeartbeatResult
+	35, // 53: leasehold.v1.ConnectResponse.cancel_requested:type_name -> leasehold.v1.CancelNotice
+	36, // 54: leasehold.v1.ConnectResponse.lease_lost:type_name -> leasehold.v1.LeaseLostNotice
+	37, // 55: leasehold.v1.ConnectResponse.drain:type_name -> leasehold.v1.Drain
+	32, // 56: leasehold.v1.ConnectResponse.report_result:type_name -> leasehold.v1.ReportResult
+	30, // 57: leasehold.v1.ConnectResponse.lease_batch:type_name -> leasehold.v1.LeaseBatch
+	31, // 58: leasehold.v1.ConnectResponse.report_results:type_name -> leasehold.v1.ReportResultBatch
+	2,  // 59: leasehold.v1.LeaseBatch.leases:type_name -> leasehold.v1.LeasedJob
+	32, // 60: leasehold.v1.ReportResultBatch.results:type_name -> leasehold.v1.ReportResult
+	44, // 61: leasehold.v1.ReportResult.token:type_name -> leasehold.v1.LeaseToken
+	1,  // 62: leasehold.v1.ReportResult.kind:type_name -> leasehold.v1.ReportKind
+	51, // 63: leasehold.v1.ReportResult.state:type_name -> leasehold.v1.JobState
+	47, // 64: leasehold.v1.Welcome.lease_duration:type_name -> google.protobuf.Duration
+	47, // 65: leasehold.v1.Welcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	6,  // 66: leasehold.v1.HeartbeatResult.results:type_name -> leasehold.v1.RenewResult
+	44, // 67: leasehold.v1.CancelNotice.token:type_name -> leasehold.v1.LeaseToken
+	44, // 68: leasehold.v1.LeaseLostNotice.token:type_name -> leasehold.v1.LeaseToken
+	47, // 69: leasehold.v1.Drain.grace_period:type_name -> google.protobuf.Duration
+	45, // 70: leasehold.v1.GetVersionResponse.server_time:type_name -> google.protobuf.Timestamp
+	52, // 71: leasehold.v1.GetVersionResponse.caller:type_name -> leasehold.v1.Principal
+	3,  // 72: leasehold.v1.WorkerService.Claim:input_type -> leasehold.v1.ClaimRequest
+	5,  // 73: leasehold.v1.WorkerService.Renew:input_type -> leasehold.v1.RenewRequest
+	8,  // 74: leasehold.v1.WorkerService.Complete:input_type -> leasehold.v1.CompleteRequest
+	10, // 75: leasehold.v1.WorkerService.Retry:input_type -> leasehold.v1.RetryRequest
+	12, // 76: leasehold.v1.WorkerService.Cancel:input_type -> leasehold.v1.CancelRequest
+	14, // 77: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 78: leasehold.v1.WorkerService.SaveCheckpoint:input_type -> leasehold.v1.SaveCheckpointRequest
+	18, // 79: leasehold.v1.WorkerService.ReserveEffect:input_type -> leasehold.v1.ReserveEffectRequest
+	20, // 80: leasehold.v1.WorkerService.RecordEffect:input_type -> leasehold.v1.RecordEffectRequest
+	22, // 81: leasehold.v1.WorkerService.Connect:input_type -> leasehold.v1.ConnectRequest
+	38, // 82: leasehold.v1.WorkerService.GetVersion:input_type -> leasehold.v1.GetVersionRequest
+	4,  // 83: leasehold.v1.WorkerService.Claim:output_type -> leasehold.v1.ClaimResponse
+	7,  // 84: leasehold.v1.WorkerService.Renew:output_type -> leasehold.v1.RenewResponse
+	9,  // 85: leasehold.v1.WorkerService.Complete:output_type -> leasehold.v1.CompleteResponse
+	11, // 86: leasehold.v1.WorkerService.Retry:output_type -> leasehold.v1.RetryResponse
+	13, // 87: leasehold.v1.WorkerService.Cancel:output_type -> leasehold.v1.CancelResponse
+	15, // 88: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 89: leasehold.v1.WorkerService.SaveCheckpoint:output_type -> leasehold.v1.SaveCheckpointResponse
+	19, // 90: leasehold.v1.WorkerService.ReserveEffect:output_type -> leasehold.v1.ReserveEffectResponse
+	21, // 91: leasehold.v1.WorkerService.RecordEffect:output_type -> leasehold.v1.RecordEffectResponse
+	29, // 92: leasehold.v1.WorkerService.Connect:output_type -> leasehold.v1.ConnectResponse
+	39, // 93: leasehold.v1.WorkerService.GetVersion:output_type -> leasehold.v1.GetVersionResponse
+	83, // [83:94] is the sub-list for method output_type
+	72, // [72:83] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_worker_service_proto_init() }
@@ -2774,8 +3146,15 @@ func file_leasehold_v1_worker_service_proto_init() {
 		(*ConnectRequest_Retry)(nil),
 		(*ConnectRequest_Cancel)(nil),
 		(*ConnectRequest_Release)(nil),
+		(*ConnectRequest_ReportBatch)(nil),
 	}
 	file_leasehold_v1_worker_service_proto_msgTypes[25].OneofWrappers = []any{
+		(*BatchedReport_Complete)(nil),
+		(*BatchedReport_Retry)(nil),
+		(*BatchedReport_Cancel)(nil),
+		(*BatchedReport_Release)(nil),
+	}
+	file_leasehold_v1_worker_service_proto_msgTypes[27].OneofWrappers = []any{
 		(*ConnectResponse_Welcome)(nil),
 		(*ConnectResponse_Lease)(nil),
 		(*ConnectResponse_HeartbeatResult)(nil),
@@ -2783,6 +3162,8 @@ func file_leasehold_v1_worker_service_proto_init() {
 		(*ConnectResponse_LeaseLost)(nil),
 		(*ConnectResponse_Drain)(nil),
 		(*ConnectResponse_ReportResult)(nil),
+		(*ConnectResponse_LeaseBatch)(nil),
+		(*ConnectResponse_ReportResults)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2790,7 +3171,7 @@ func file_leasehold_v1_worker_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_worker_service_proto_rawDesc), len(file_leasehold_v1_worker_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
