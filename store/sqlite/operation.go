@@ -81,7 +81,6 @@ WHERE tenant = ?1 AND id = ?2 AND state = 'queued' AND available_at > ?3`
 AND state IN ('succeeded', 'failed', 'cancelled', 'dead')`
 )
 
-
 func scanOperation(r rowScanner) (*store.Operation, error) {
 	var (
 		o                           store.Operation
