@@ -45,7 +45,10 @@ func TestBulkRequestsAreValidatedOnce(t *testing.T) {
 			return err
 		}, "reason"},
 		{func() error { _, err := cl.GetOperation(ctx, &leaseholdv1.GetOperationRequest{}); return err }, "name"},
-		{func() error { _, err := cl.ListOperations(ctx, &leaseholdv1.ListOperationsRequest{PageSize: -1}); return err }, "page_size"},
+		{func() error {
+			_, err := cl.ListOperations(ctx, &leaseholdv1.ListOperationsRequest{PageSize: -1})
+			return err
+		}, "page_size"},
 		{func() error {
 			_, err := cl.WaitOperation(ctx, &leaseholdv1.WaitOperationRequest{Name: "x", Timeout: durationpb.New(-time.Second)})
 			return err

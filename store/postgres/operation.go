@@ -96,8 +96,40 @@ const (
 		FOR UPDATE SKIP LOCKED
 	) v WHERE o.tenant = v.tenant AND o.id = v.id`
 
-	// Per-row actions of a chunk, each the single-job call's statement
-	// or the set form of it.
+	// Per-row actions of a chunk: the set forms of the single-job calls'
+	// statements (qCancelQueued, qRequestCancelLeased, qInsertJob of a
+	// replay, qMarkReplayed, qMarkAbandoned), with the same conditions.
+	qCancelQueuedMany = `UPDATE jobs
+	SET state = 'cancelled', finished_at = $3, cancel_requested = true, cancel_reason = $4,
+	    last_event_seq = last_event_seq + 1
+	WHERE tenant = $1 AND id = ANY($2::text[]) AND state = 'queued'`
+
+	qRequestCancelLeasedMany = `UPDATE jobs SET cancel_requested = true, cancel_reason = $3, last_event_seq = last_event_seq + 1
+	WHERE tenant = $1 AND id = ANY($2::text[]) AND state = 'leased' AND NOT cancel_requested`
+
+	// qReplayMany inserts the replays ($2 new ids) of the dead jobs $3,
+	// each with its retry deadline ($4, NULL for none), as ReplayDeadJob
+	// does one.
+	qReplayMany = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+		max_attempts, created_at, available_at, retry_deadline, replay_of, dependency, last_event_seq, concurrency_key)
+	SELECT d.tenant, v.new_id, d.queue, d.kind, d.payload, d.metadata, d.priority, 'queued',
+		d.max_attempts, $5, $5, v.deadline, d.id, d.dependency, 1, d.concurrency_key
+	FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS v(new_id, dead_id, deadline)
+	JOIN jobs d ON d.tenant = $1 AND d.id = v.dead_id
+	WHERE d.state = 'dead' AND d.replayed_as = '' AND NOT d.abandoned`
+
+	qMarkReplayedMany = `UPDATE jobs d SET replayed_as = v.new_id, last_event_seq = d.last_event_seq + 1
+	FROM unnest($2::text[], $3::text[]) AS v(dead_id, new_id)
+	WHERE d.tenant = $1 AND d.id = v.dead_id AND d.state = 'dead' AND d.replayed_as = '' AND NOT d.abandoned`
+
+	qMarkAbandonedMany = `UPDATE jobs SET abandoned = true, last_event_seq = last_event_seq + 1
+	WHERE tenant = $1 AND id = ANY($2::text[]) AND state = 'dead' AND replayed_as = '' AND NOT abandoned`
+
+	// qInsertEventsMany appends one event per element of the arrays.
+	qInsertEventsMany = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
+	SELECT $1, v.job_id, v.seq, v.type, $5, v.data::jsonb
+	FROM unnest($2::text[], $3::bigint[], $4::text[], $6::text[]) AS v(job_id, seq, type, data)`
+
 	qMakeAvailable = `UPDATE jobs SET available_at = $3
 	WHERE tenant = $1 AND id = ANY($2::text[]) AND state = 'queued' AND available_at > $3`
 
@@ -496,62 +528,69 @@ func opData(op *store.Operation, data map[string]any) map[string]any {
 	return withActor(data, op.Actor)
 }
 
-// applyChunk runs the plan's statements in one batch (one round trip).
-// Every job is locked by the chunk, so each event's sequence is the
-// row's last_event_seq plus one, as the single-job calls' appends make it.
+// applyChunk applies the plan set-based: one statement per action over
+// the chunk's rows (each the single-job call's statement, on arrays), one
+// insert of every event, all sent as one batch (one round trip). Every job
+// is locked by the chunk, so each event's sequence is the row's
+// last_event_seq plus one, as the single-job calls' appends make it.
 func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan) error {
 	op, now, tenant := p.op, p.now, p.op.Tenant
 	b := &pgx.Batch{}
-	for _, r := range p.cancelQueued {
-		b.Queue(qCancelQueued, tenant, r.JobID, now, op.Reason)
-		b.Queue(qInsertEvent, tenant, r.JobID, r.LastEventSeq+1, string(store.EventCancelled), now,
-			event{data: opData(op, map[string]any{"reason": op.Reason, "by": "client"})}.json())
+	var ev events
+	if ids := rowIDs(p.cancelQueued); len(ids) > 0 {
+		b.Queue(qCancelQueuedMany, tenant, ids, now, op.Reason)
+		data := event{data: opData(op, map[string]any{"reason": op.Reason, "by": "client"})}.json()
+		for _, r := range p.cancelQueued {
+			ev.add(r.JobID, r.LastEventSeq+1, store.EventCancelled, data)
+		}
 	}
-	for _, r := range p.requestCancel {
-		b.Queue(qRequestCancelLeased, tenant, r.JobID, op.Reason)
-		b.Queue(qInsertEvent, tenant, r.JobID, r.LastEventSeq+1, string(store.EventCancelRequested), now,
-			event{data: opData(op, map[string]any{
+	if ids := rowIDs(p.requestCancel); len(ids) > 0 {
+		b.Queue(qRequestCancelLeasedMany, tenant, ids, op.Reason)
+		for _, r := range p.requestCancel {
+			ev.add(r.JobID, r.LastEventSeq+1, store.EventCancelRequested, event{data: opData(op, map[string]any{
 				"reason": op.Reason, "worker_id": r.Job.LeaseOwner, "lease_generation": r.Job.LeaseGeneration,
 			})}.json())
+		}
 	}
-	policies := map[string]*store.QueuePolicy{}
-	for _, r := range p.replay {
-		dead := r.Job
-		pol, ok := policies[dead.Queue]
-		if !ok {
-			var err error
-			if pol, err = getPolicy(ctx, tx, tenant, dead.Queue); err != nil {
+	if len(p.replay) > 0 {
+		policies := map[string]*store.QueuePolicy{}
+		newIDs, deadIDs := make([]string, len(p.replay)), make([]string, len(p.replay))
+		deadlines := make([]*time.Time, len(p.replay))
+		for i, r := range p.replay {
+			dead := r.Job
+			pol, ok := policies[dead.Queue]
+			if !ok {
+				var err error
+				if pol, err = getPolicy(ctx, tx, tenant, dead.Queue); err != nil {
+					return err
+				}
+				policies[dead.Queue] = pol
+			}
+			if pol.Retry.TotalRetryDeadline > 0 {
+				d := now.Add(pol.Retry.TotalRetryDeadline)
+				deadlines[i] = &d
+			}
+			id, err := s.newID()
+			if err != nil {
 				return err
 			}
-			policies[dead.Queue] = pol
+			newIDs[i], deadIDs[i] = id, dead.ID
+			key := store.OperationReplayKey(op.ID, dead.ID)
+			ev.add(id, 1, store.EventQueued, event{data: opData(op, map[string]any{"queue": dead.Queue, "available_at": now,
+				"replay_of": dead.ID, "reason": op.Reason, "replay_key": key})}.json())
+			ev.add(dead.ID, r.LastEventSeq+1, store.EventReplayed, event{data: opData(op, map[string]any{
+				"replayed_as": id, "reason": op.Reason, "replay_key": key})}.json())
+			p.woke(dead.Queue)
 		}
-		var deadline any
-		if pol.Retry.TotalRetryDeadline > 0 {
-			deadline = now.Add(pol.Retry.TotalRetryDeadline)
-		}
-		metadata, err := metadataJSON(dead.Metadata)
-		if err != nil {
-			return err
-		}
-		id, err := s.newID()
-		if err != nil {
-			return err
-		}
-		key := store.OperationReplayKey(op.ID, dead.ID)
-		b.Queue(qInsertJob, tenant, id, dead.Queue, dead.Kind, blobArg(dead.Payload), metadata, dead.Priority,
-			dead.MaxAttempts, now, now, deadline, dead.ID, dead.Dependency, dead.ConcurrencyKey)
-		b.Queue(qInsertEvent, tenant, id, int64(1), string(store.EventQueued), now,
-			event{data: opData(op, map[string]any{"queue": dead.Queue, "available_at": now, "replay_of": dead.ID,
-				"reason": op.Reason, "replay_key": key})}.json())
-		b.Queue(qMarkReplayed, tenant, dead.ID, id)
-		b.Queue(qInsertEvent, tenant, dead.ID, r.LastEventSeq+1, string(store.EventReplayed), now,
-			event{data: opData(op, map[string]any{"replayed_as": id, "reason": op.Reason, "replay_key": key})}.json())
-		p.woke(dead.Queue)
+		b.Queue(qReplayMany, tenant, newIDs, deadIDs, deadlines, now)
+		b.Queue(qMarkReplayedMany, tenant, deadIDs, newIDs)
 	}
-	for _, r := range p.abandon {
-		b.Queue(qMarkAbandoned, tenant, r.JobID)
-		b.Queue(qInsertEvent, tenant, r.JobID, r.LastEventSeq+1, string(store.EventAbandoned), now,
-			event{data: opData(op, map[string]any{"reason": op.Reason})}.json())
+	if ids := rowIDs(p.abandon); len(ids) > 0 {
+		b.Queue(qMarkAbandonedMany, tenant, ids)
+		data := event{data: opData(op, map[string]any{"reason": op.Reason})}.json()
+		for _, r := range p.abandon {
+			ev.add(r.JobID, r.LastEventSeq+1, store.EventAbandoned, data)
+		}
 	}
 	if len(p.makeAvailable) > 0 {
 		b.Queue(qMakeAvailable, tenant, p.makeAvailable, now)
@@ -562,8 +601,30 @@ func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan) error {
 	if len(p.setPriority) > 0 {
 		b.Queue(qSetQueuedPriority, tenant, p.setPriority, op.Priority)
 	}
+	if len(ev.jobs) > 0 {
+		b.Queue(qInsertEventsMany, tenant, ev.jobs, ev.seqs, ev.types, now, ev.data)
+	}
 	if b.Len() == 0 {
 		return nil
 	}
 	return tx.SendBatch(ctx, b).Close()
+}
+
+func rowIDs(rows []store.OperationRow) []string {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.JobID
+	}
+	return ids
+}
+
+// events gathers a chunk's events as the parallel arrays of
+// qInsertEventsMany.
+type events struct {
+	jobs, types, data []string
+	seqs              []int64
+}
+
+func (e *events) add(jobID string, seq int64, typ store.EventType, data string) {
+	e.jobs, e.seqs, e.types, e.data = append(e.jobs, jobID), append(e.seqs, seq), append(e.types, string(typ)), append(e.data, data)
 }
