@@ -494,11 +494,11 @@ func (p *filterParser) quoted(field string) (string, *FilterError) {
 			return "", p.errorf(field, "unterminated string")
 		}
 		c := p.s[p.pos]
-		switch {
-		case c == '"':
+		switch c {
+		case '"':
 			p.pos++
 			return b.String(), nil
-		case c == '\\':
+		case '\\':
 			if p.pos+1 >= len(p.s) {
 				p.pos = start
 				return "", p.errorf(field, "unterminated string")
@@ -638,105 +638,121 @@ func (p *filterParser) term(f *JobFilter) *FilterError {
 	if err != nil {
 		return err
 	}
-	equality := op == "=" || op == ":"
 	switch name {
 	case FilterFieldQueue, FilterFieldKind, FilterFieldErrorCode, FilterFieldID, FilterFieldState:
-		if !equality {
-			return p.errorf(field, "compare with = or :, not %s", op)
-		}
-		if err := p.once(field, name); err != nil {
-			return err
-		}
-		switch name {
-		case FilterFieldQueue:
-			f.Queues = vs
-		case FilterFieldKind:
-			f.Kinds = vs
-		case FilterFieldErrorCode:
-			f.ErrorCodes = vs
-		case FilterFieldID:
-			f.IDs = vs
-		case FilterFieldState:
-			for _, v := range vs {
-				st, ok := ParseJobState(v)
-				if !ok {
-					return filterErr(field, "unknown state %q (one of QUEUED, LEASED, SUCCEEDED, FAILED, CANCELLED, DEAD)", v)
-				}
-				f.States = append(f.States, st)
-			}
-		}
+		return p.listTerm(f, name, op, vs)
 	case FilterFieldMetadata, FilterFieldDependency, FilterFieldConcurrencyKey, FilterFieldSchedule:
-		if !equality {
-			return p.errorf(field, "compare with = or :, not %s", op)
-		}
-		if len(vs) != 1 {
-			return p.errorf(field, "takes one value, not a list")
-		}
-		if err := p.once(field, field); err != nil {
-			return err
-		}
-		switch name {
-		case FilterFieldMetadata:
-			if f.Metadata == nil {
-				f.Metadata = map[string]string{}
-			}
-			f.Metadata[key] = vs[0]
-		case FilterFieldDependency:
-			if vs[0] == "" {
-				return filterErr(field, "must not be empty")
-			}
-			f.Dependency = vs[0]
-		case FilterFieldConcurrencyKey:
-			if vs[0] == "" {
-				return filterErr(field, "must not be empty")
-			}
-			f.ConcurrencyKey = vs[0]
-		case FilterFieldSchedule:
-			if vs[0] == "" {
-				return filterErr(field, "must not be empty")
-			}
-			f.Schedule = vs[0]
-		}
+		return p.oneTerm(f, name, key, op, vs)
 	case FilterFieldCreated, FilterFieldFinished:
-		if len(vs) != 1 {
-			return p.errorf(field, "takes one time, not a list")
+		return p.timeTerm(f, name, op, vs)
+	}
+	return filterErr(name, "unknown field (one of queue, state, kind, metadata.<key>, created, finished, error_code, dependency, concurrency_key, schedule, id)")
+}
+
+// listTerm sets a list field from its values.
+func (p *filterParser) listTerm(f *JobFilter, field, op string, vs []string) *FilterError {
+	if op != "=" && op != ":" {
+		return p.errorf(field, "compare with = or :, not %s", op)
+	}
+	if err := p.once(field, field); err != nil {
+		return err
+	}
+	switch field {
+	case FilterFieldQueue:
+		f.Queues = vs
+	case FilterFieldKind:
+		f.Kinds = vs
+	case FilterFieldErrorCode:
+		f.ErrorCodes = vs
+	case FilterFieldID:
+		f.IDs = vs
+	default: // FilterFieldState
+		for _, v := range vs {
+			st, ok := ParseJobState(v)
+			if !ok {
+				return filterErr(field, "unknown state %q (one of QUEUED, LEASED, SUCCEEDED, FAILED, CANCELLED, DEAD)", v)
+			}
+			f.States = append(f.States, st)
 		}
-		t, perr := time.Parse(time.RFC3339Nano, vs[0])
-		if perr != nil {
-			return filterErr(field, "%q is not an RFC 3339 time such as \"2026-12-01T00:00:00Z\"", vs[0])
+	}
+	return nil
+}
+
+// oneTerm sets a field of one value (a metadata key's, for metadata).
+func (p *filterParser) oneTerm(f *JobFilter, name, key, op string, vs []string) *FilterError {
+	field := name
+	if name == FilterFieldMetadata {
+		field = name + "." + key
+	}
+	if op != "=" && op != ":" {
+		return p.errorf(field, "compare with = or :, not %s", op)
+	}
+	if len(vs) != 1 {
+		return p.errorf(field, "takes one value, not a list")
+	}
+	if err := p.once(field, field); err != nil {
+		return err
+	}
+	v := vs[0]
+	if v == "" && name != FilterFieldMetadata {
+		return filterErr(field, "must not be empty")
+	}
+	switch name {
+	case FilterFieldMetadata:
+		if f.Metadata == nil {
+			f.Metadata = map[string]string{}
 		}
-		t = t.UTC()
-		var after bool
-		switch op {
-		case ">=":
-			after = true
-		case ">":
-			after, t = true, t.Add(time.Nanosecond)
-		case "<":
-		case "<=":
-			t = t.Add(time.Nanosecond)
-		default:
-			return p.errorf(field, "compare a time with >=, >, <= or <, not %s", op)
-		}
-		bound := "before"
-		if after {
-			bound = "after"
-		}
-		if err := p.once(field, name+" "+bound); err != nil {
-			return filterErr(field, "has two lower or two upper bounds")
-		}
-		switch {
-		case name == FilterFieldCreated && after:
-			f.CreatedAfter = t
-		case name == FilterFieldCreated:
-			f.CreatedBefore = t
-		case after:
-			f.FinishedAfter = t
-		default:
-			f.FinishedBefore = t
-		}
+		f.Metadata[key] = v
+	case FilterFieldDependency:
+		f.Dependency = v
+	case FilterFieldConcurrencyKey:
+		f.ConcurrencyKey = v
+	default: // FilterFieldSchedule
+		f.Schedule = v
+	}
+	return nil
+}
+
+// timeTerm sets one bound of a time range: >= and > the lower
+// (inclusive), < and <= the upper (exclusive), > and <= by adding a
+// nanosecond.
+func (p *filterParser) timeTerm(f *JobFilter, field, op string, vs []string) *FilterError {
+	if len(vs) != 1 {
+		return p.errorf(field, "takes one time, not a list")
+	}
+	t, perr := time.Parse(time.RFC3339Nano, vs[0])
+	if perr != nil {
+		return filterErr(field, "%q is not an RFC 3339 time such as \"2026-12-01T00:00:00Z\"", vs[0])
+	}
+	t = t.UTC()
+	var after bool
+	switch op {
+	case ">=":
+		after = true
+	case ">":
+		after, t = true, t.Add(time.Nanosecond)
+	case "<":
+	case "<=":
+		t = t.Add(time.Nanosecond)
 	default:
-		return filterErr(name, "unknown field (one of queue, state, kind, metadata.<key>, created, finished, error_code, dependency, concurrency_key, schedule, id)")
+		return p.errorf(field, "compare a time with >=, >, <= or <, not %s", op)
+	}
+	bound := "before"
+	if after {
+		bound = "after"
+	}
+	if err := p.once(field, field+" "+bound); err != nil {
+		return filterErr(field, "has two lower or two upper bounds")
+	}
+	switch {
+	case field == FilterFieldCreated && after:
+		f.CreatedAfter = t
+	case field == FilterFieldCreated:
+		f.CreatedBefore = t
+	case after:
+		f.FinishedAfter = t
+	default:
+		f.FinishedBefore = t
 	}
 	return nil
 }
@@ -746,4 +762,31 @@ func (p *filterParser) term(f *JobFilter) *FilterError {
 func ParseJobState(s string) (JobState, bool) {
 	st := JobState(strings.ToLower(strings.TrimPrefix(strings.ToUpper(s), "JOB_STATE_")))
 	return st, knownState(st)
+}
+
+// JSONStrings is vs as a JSON array of strings, for an engine that binds a
+// list as one JSON argument (store's one encoder).
+func JSONStrings(vs []string) string {
+	b := []byte{'['}
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, v)
+	}
+	return string(append(b, ']'))
+}
+
+// JSONObject is md as a JSON object of strings, keys sorted.
+func JSONObject(md map[string]string) string {
+	b := []byte{'{'}
+	for i, k := range slices.Sorted(maps.Keys(md)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, md[k])
+	}
+	return string(append(b, '}'))
 }

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -28,12 +27,7 @@ func filterSQL(f store.JobFilter, args []any) (string, []any) {
 		}
 	}
 	contains := func(md map[string]string) {
-		b, err := json.Marshal(md)
-		if err != nil {
-			// A map[string]string always marshals.
-			panic(err)
-		}
-		conds = append(conds, "j.metadata @> "+arg(string(b))+"::jsonb")
+		conds = append(conds, "j.metadata @> "+arg(store.JSONObject(md))+"::jsonb")
 	}
 	list("j.queue", f.Queues)
 	if len(f.States) > 0 {

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -28,12 +27,7 @@ func filterSQL(f store.JobFilter, args []any) (string, []any) {
 		if len(vs) == 0 {
 			return
 		}
-		b, err := json.Marshal(vs)
-		if err != nil {
-			// A []string always marshals.
-			panic(err)
-		}
-		conds = append(conds, col+" IN (SELECT value FROM json_each("+arg(string(b))+"))")
+		conds = append(conds, col+" IN (SELECT value FROM json_each("+arg(store.JSONStrings(vs))+"))")
 	}
 	pair := func(k, v string) {
 		conds = append(conds, "EXISTS (SELECT 1 FROM json_each(j.metadata) md WHERE md.key = "+arg(k)+
