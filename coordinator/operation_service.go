@@ -366,3 +366,21 @@ func (s *operationService) WaitOperation(ctx context.Context, req *leaseholdv1.W
 		}
 	}
 }
+
+// dryRun counts the jobs f matches (store.CountJobs, up to DryRunCountMax)
+// with a sample. For a scoped caller the sample leaves out jobs outside
+// its queues; the count includes them (a run would count them
+// skipped_out_of_scope).
+func (c *Coordinator) dryRun(ctx context.Context, f store.JobFilter) (*leaseholdv1.BulkDryRun, error) {
+	n, err := c.store.CountJobs(ctx, store.CountJobsParams{Tenant: tenantFrom(ctx), Filter: f, SampleSize: DryRunSample, Limit: DryRunCountMax})
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	out := &leaseholdv1.BulkDryRun{Count: n.Count, Capped: n.Capped}
+	for _, j := range n.Sample {
+		if inScope(ctx, j.Queue) {
+			out.Sample = append(out.Sample, toJob(j))
+		}
+	}
+	return out, nil
+}

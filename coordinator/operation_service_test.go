@@ -29,9 +29,13 @@ func TestBulkRequestsAreValidatedOnce(t *testing.T) {
 	}{
 		{func() error { _, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{}); return err }, "filter"},
 		{func() error {
-			_, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "queue"})
+			_, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "queue = a OR queue = b"})
 			return err
 		}, "filter"},
+		{func() error {
+			_, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "queue"})
+			return err
+		}, "filter.queue"},
 		{func() error {
 			_, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "state = succeeded"})
 			return err
@@ -95,6 +99,18 @@ func TestBulkReplayRunsScopedAndAudited(t *testing.T) {
 	}
 	out := e.deadIn(tenantA, "emails")
 
+	dry, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "state = dead", DryRun: true})
+	if err != nil || dry.GetOperation() != nil || dry.GetDryRun().GetCount() != 4 || len(dry.GetDryRun().GetSample()) != 3 {
+		t.Fatalf("dry run: %v, %v (want 4 counted, the 3 in scope shown)", dry, err)
+	}
+	for _, j := range dry.GetDryRun().GetSample() {
+		if j.GetQueue() != "billing.invoices" {
+			t.Errorf("the dry run shows a job of %s, outside the scope", j.GetQueue())
+		}
+	}
+	if page, err := e.st.ListOperations(ctx, store.ListOperationsParams{Tenant: tenantA}); err != nil || len(page.Operations) != 0 {
+		t.Fatalf("a dry run started an operation: %v, %v", page, err)
+	}
 	started, err := cl.ReplayDeadJobs(ctx, &leaseholdv1.ReplayDeadJobsRequest{Filter: "state = dead", Reason: "upstream fixed"})
 	if err != nil {
 		t.Fatal(err)
