@@ -184,12 +184,14 @@ func (c *Coordinator) operationChunked(ctx context.Context, res store.ChunkResul
 // operationFinished records an operation this coordinator finished in its
 // tenant's audit log, as done by the principal that started it.
 func (c *Coordinator) operationFinished(ctx context.Context, op *store.Operation) {
-	action := store.AuditOperationFinished
+	var action store.AuditAction
 	switch op.State {
 	case store.OperationCancelled:
 		action = store.AuditOperationCancelled
 	case store.OperationFailed:
 		action = store.AuditOperationFailed
+	case store.OperationSucceeded, store.OperationRunning:
+		action = store.AuditOperationFinished
 	}
 	raw, err := json.Marshal(operationAuditData(op))
 	if err != nil {

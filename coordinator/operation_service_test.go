@@ -155,7 +155,6 @@ func TestBulkReplayRunsScopedAndAudited(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("audit events %v, want %v", got, want)
 	}
-
 }
 
 // TestBulkOperationLimit: a tenant already running OperationsPerTenantMax

@@ -121,7 +121,7 @@ func seed(ctx context.Context, b *testing.B, url string, dead, queued int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(ctx)
 	for _, q := range []string{
 		fmt.Sprintf(`INSERT INTO jobs (tenant, id, queue, kind, payload, priority, state, attempts, max_attempts,
 			created_at, available_at, finished_at, last_error_code, last_error_message, last_error_retryable)

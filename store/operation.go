@@ -100,7 +100,7 @@ type OperationCounts struct {
 }
 
 // Remaining is how many items are still pending.
-func (c OperationCounts) Remaining() int64 {
+func (c *OperationCounts) Remaining() int64 {
 	return c.Matched - c.Acted - c.SkippedChanged - c.SkippedOutOfScope - c.Failed
 }
 
@@ -115,6 +115,7 @@ func (c *OperationCounts) Add(r RowResult, n int64) {
 		c.SkippedOutOfScope += n
 	case RowFailed:
 		c.Failed += n
+	case RowPending:
 	}
 }
 
@@ -461,7 +462,10 @@ func EncodeQueueScope(scope []string) string {
 	if len(scope) == 0 {
 		return "[]"
 	}
-	b, _ := json.Marshal(scope)
+	b, err := json.Marshal(scope)
+	if err != nil { // a []string always marshals
+		return "[]"
+	}
 	return string(b)
 }
 

@@ -296,7 +296,7 @@ type operationBar struct {
 
 func newOperationBar(out *printer) *operationBar {
 	f, ok := out.w.(*os.File)
-	if out.json || !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
+	if out.json || !ok || (!isatty.IsTerminal(f.Fd()) && !isatty.IsCygwinTerminal(f.Fd())) {
 		return &operationBar{}
 	}
 	return &operationBar{bar: progressbar.NewOptions64(-1,

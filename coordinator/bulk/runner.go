@@ -186,7 +186,7 @@ func (r *Runner) run(ctx context.Context, op *store.Operation) error {
 			return nil
 		case err != nil:
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // stopping: the lease lets another coordinator go on
 			}
 			failures++
 			log.Log(ctx, store.FailureLevel(err), "bulk operation chunk failed", slog.Int("failures", failures), slog.String("error", err.Error()))

@@ -512,6 +512,7 @@ func (p *chunkPlan) add(a store.RowAction, r store.OperationRow) {
 		p.deletes = append(p.deletes, j.ID)
 	case store.ActSetPriority:
 		p.setPriority = append(p.setPriority, j.ID)
+	case store.ActNone:
 	}
 }
 

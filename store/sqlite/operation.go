@@ -367,21 +367,8 @@ func readOperationRows(ctx context.Context, tx *writeTx, op *store.Operation, li
 	if f, err = store.OperationFilter(op.Kind, f); err != nil {
 		return nil, err
 	}
-	irows, err := tx.QueryContext(ctx, qPendingItems, op.Tenant, op.ID, limit)
+	ids, err := pendingItems(ctx, tx, op, limit)
 	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for irows.Next() {
-		var id string
-		if err := irows.Scan(&id); err != nil {
-			irows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	irows.Close()
-	if err := irows.Err(); err != nil {
 		return nil, err
 	}
 	cond, args := filterSQL(f, []any{op.Tenant, ""})
@@ -466,6 +453,25 @@ func (s *Store) applyRow(ctx context.Context, tx *writeTx, op *store.Operation, 
 		}
 		_, err := tx.ExecContext(ctx, qDeleteFinishedJob, tenant, id)
 		return err
+	case store.ActNone:
 	}
 	return nil
+}
+
+// pendingItems reads the ids of op's next pending items.
+func pendingItems(ctx context.Context, tx *writeTx, op *store.Operation, limit int) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, qPendingItems, op.Tenant, op.ID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
