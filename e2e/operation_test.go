@@ -81,13 +81,20 @@ func TestSIGKILLMidOperationIsResumedByAnotherCoordinator(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	var holderA string
-	waitFor(t, func() bool {
+	// Not waitFor's 10s: a loaded machine may take longer to start.
+	for deadline := time.Now().Add(time.Minute); ; {
 		var acted int64
 		if err := conn.QueryRow(ctx, `SELECT acted, lease_owner FROM operations WHERE id = $1`, op.GetId()).Scan(&acted, &holderA); err != nil {
 			t.Fatal(err)
 		}
-		return acted >= 300
-	})
+		if acted >= 300 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d replayed after a minute", acted)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// B starts only now, so that A is the one running the operation.
 	b := testserver.StartProcess(t, flags...)
 	a.Kill()
