@@ -46,8 +46,10 @@ func BenchmarkBulkReplay(b *testing.B) {
 	chunk := envOr("LEASEHOLD_BENCH_OPERATION_CHUNK", "1000")
 	for b.Loop() {
 		url := pgtest.Schema(b)
+		// The call-rate defences are off: the load is the benchmark's own,
+		// and a refused call would measure the limiter, not the store.
 		p := testserver.StartProcess(b, "--database-url", url, "--operation-rate", rate, "--operation-chunk", chunk,
-			"--operation-poll-interval", "100ms")
+			"--operation-poll-interval", "100ms", "--unary-rate", "-1", "--connection-call-rate", "-1", "--address-call-rate", "-1")
 		conn := p.Dial(b)
 		c := newClients(conn)
 		ops := leaseholdv1.NewOperationServiceClient(conn)
