@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		limitTests(),
 		scheduleTests(),
 		uniqueTests(),
+		historyTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
