@@ -405,3 +405,33 @@ func AttemptEndEvents(r AttemptRecord) []NewEvent {
 	}
 	return nil
 }
+
+// MergeAttempts merges the attempts of a row's log (and of the records
+// moved out of it) into those an engine read from job_attempts and the
+// running one, by generation (a generation in both is the log's).
+func MergeAttempts(table, log []Attempt) []Attempt {
+	if len(log) == 0 {
+		return table
+	}
+	out := make([]Attempt, 0, len(table)+len(log))
+	seen := make(map[int64]bool, len(log))
+	for _, a := range log {
+		seen[a.LeaseGeneration] = true
+	}
+	for _, a := range table {
+		if !seen[a.LeaseGeneration] {
+			out = append(out, a)
+		}
+	}
+	out = append(out, log...)
+	slices.SortStableFunc(out, func(a, b Attempt) int {
+		switch {
+		case a.LeaseGeneration < b.LeaseGeneration:
+			return -1
+		case a.LeaseGeneration > b.LeaseGeneration:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -98,7 +98,7 @@ func attemptsForJobs(ctx context.Context, q querier, tenant string, ids []string
 		return nil, err
 	}
 	for id, log := range logs {
-		out[id] = mergeAttempts(out[id], log)
+		out[id] = store.MergeAttempts(out[id], log)
 	}
 	return out, nil
 }

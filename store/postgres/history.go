@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -176,7 +175,7 @@ func (s *Store) ListAttempts(ctx context.Context, tenant, jobID string) ([]store
 		if err != nil {
 			return err
 		}
-		out = mergeAttempts(out, logs[jobID])
+		out = store.MergeAttempts(out, logs[jobID])
 		return nil
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -222,36 +221,6 @@ func attemptLogs(ctx context.Context, q querier, tenant string, ids []string) (m
 		}
 	}
 	return out, rows.Err()
-}
-
-// mergeAttempts merges attempts read from the row's log into those read
-// from job_attempts and the running one, by generation (a generation in
-// both is the log's).
-func mergeAttempts(table, log []store.Attempt) []store.Attempt {
-	if len(log) == 0 {
-		return table
-	}
-	out := make([]store.Attempt, 0, len(table)+len(log))
-	seen := make(map[int64]bool, len(log))
-	for _, a := range log {
-		seen[a.LeaseGeneration] = true
-	}
-	for _, a := range table {
-		if !seen[a.LeaseGeneration] {
-			out = append(out, a)
-		}
-	}
-	out = append(out, log...)
-	slices.SortStableFunc(out, func(a, b store.Attempt) int {
-		switch {
-		case a.LeaseGeneration < b.LeaseGeneration:
-			return -1
-		case a.LeaseGeneration > b.LeaseGeneration:
-			return 1
-		}
-		return 0
-	})
-	return out
 }
 
 func int64OrZero(v *int64) int64 {

@@ -583,8 +583,6 @@ const (
 	  AND j.lease_generation = u.generation
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
-
-
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
 	// was judged at.
 	qRenewLeases = `UPDATE jobs j SET lease_expires_at = u.expires
@@ -650,5 +648,4 @@ const (
 		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[])
 		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
 		     retry_deadline, dependency, concurrency_key)`
-
 )
