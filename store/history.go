@@ -308,9 +308,7 @@ func DeriveEvents(row HistoryRow, stored []Event) []Event {
 	if j.State == JobStateLeased {
 		add(row.LeasedSeq, EventLeased, j.LeasedAt, leasedData(j.LeaseOwner, j.LeaseGeneration, j.Attempts, row.LeasedUntil))
 	}
-	for _, e := range stored {
-		out = append(out, e)
-	}
+	out = append(out, stored...)
 	slices.SortStableFunc(out, func(a, b Event) int {
 		switch {
 		case a.Sequence < b.Sequence:
@@ -392,6 +390,8 @@ func AttemptEndEvents(r AttemptRecord) []NewEvent {
 		return []NewEvent{ev(EventCancelled, holder(tok, "reason", r.CancelReason, "by", "holder")...)}
 	case AttemptReleased:
 		return []NewEvent{ev(EventReleased, holder(tok)...)}
+	case AttemptRunning:
+		return nil // a running attempt has not ended
 	case AttemptLeaseExpired:
 		switch r.State {
 		case JobStateCancelled:

@@ -42,6 +42,3 @@ var (
 		return c.at, c.id, err
 	}
 )
-
-// AttemptLogCap is the cap the report statement spills at.
-const AttemptLogCap = attemptLogCap

@@ -82,9 +82,6 @@ const (
 	qInsertEvent = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
 	VALUES ($1, $2, $3, $4, $5, $6::jsonb)`
 
-	qListEvents = `SELECT job_id, seq, type, at, data::text FROM job_events
-	WHERE tenant = $1 AND job_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`
-
 	// qListJobs pages jobs newest first; $6/$7 is the cursor (created_at,
 	// id) of the last row of the previous page, or NULL.
 	qListJobs      = `SELECT ` + jobColumns + qListJobsFrom

@@ -514,7 +514,8 @@ func historyRow(ctx context.Context, q querier, tenant, jobID string) (store.His
 	if err != nil {
 		return store.HistoryRow{}, err
 	}
-	row.Attempts = append(spilled, inRow...)
+	row.Attempts = append(row.Attempts, spilled...)
+	row.Attempts = append(row.Attempts, inRow...)
 	return row, nil
 }
 
