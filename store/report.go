@@ -177,6 +177,9 @@ type Leave struct {
 	// the engine appends to the row's attempt log: it is where the
 	// transition's events are kept.
 	Record string
+	// Spill says the log is full (AttemptLogCap records): its oldest
+	// record moves to job_attempts, in the same transaction, to make room.
+	Spill bool
 }
 
 // Renewal extends one lease.
@@ -412,6 +415,7 @@ func leaveOf(h Held, tok LeaseToken, t Transition, expired bool) Leave {
 		Attempt: h.Job.Attempts, ClaimedAt: h.Job.LeasedAt, Expired: expired,
 		FirstSeq: h.EventSeq + 1, Now: h.Now, Transition: t,
 		Record: EncodeAttemptRecord(AttemptRecordOf(h, tok, t)),
+		Spill:  h.AttemptLogLen >= AttemptLogCap,
 	}
 }
 

@@ -24,6 +24,8 @@ type Held struct {
 	// migration 013), kept in the attempt's record.
 	LeasedUntil time.Time
 	LeasedSeq   int64
+	// AttemptLogLen is how many records the row's attempt log holds.
+	AttemptLogLen int
 }
 
 // Transition is one decided move of a leased job out of its lease: the new

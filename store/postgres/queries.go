@@ -6,9 +6,6 @@ package postgres
 // transaction resolved with txNow; both mean "the caller's Now, else the
 // database clock".
 
-// attemptLogCap is store.AttemptLogCap in SQL.
-const attemptLogCap = "50"
-
 const (
 	qNow    = `SELECT now()`
 	qNowOr  = `SELECT coalesce($1::timestamptz, now())`
@@ -262,7 +259,8 @@ const (
 	// qLockExpired locks up to $2 leases that expired at $1 (NULL: the
 	// database clock), across tenants, earliest first, skipping rows
 	// another reaper holds; each row carries the instant it was judged at.
-	qLockExpired = `SELECT ` + jobColumns + `, coalesce($1::timestamptz, now()), leased_until, leased_seq FROM jobs
+	qLockExpired = `SELECT ` + jobColumns + `, coalesce($1::timestamptz, now()), leased_until, leased_seq,
+		coalesce(jsonb_array_length(attempt_log), 0) FROM jobs
 	WHERE state = 'leased' AND lease_expires_at <= coalesce($1::timestamptz, now())
 	ORDER BY lease_expires_at
 	LIMIT $2
@@ -504,9 +502,10 @@ const (
 	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
 		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at,
 		CASE WHEN j.attempt_log IS NOT NULL THEN coalesce((j.attempt_log->-1->>'rd')::bigint, 0)
+		WHEN j.events_stored_through = 0 THEN 0
 		ELSE coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
 			AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0) END,
-		j.leased_until, j.leased_seq
+		j.leased_until, j.leased_seq, coalesce(jsonb_array_length(j.attempt_log), 0)
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
 		WITH ORDINALITY AS r(tenant, id, owner, generation, now, ord)
 	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
@@ -543,20 +542,9 @@ const (
 	// $12–$14 become the last error, $15 how many event sequences the
 	// transition takes, $17 the ended attempt's record (store.AttemptRecord),
 	// appended to the attempt log: it is where the transition's events are
-	// kept. A log at store.AttemptLogCap records moves its oldest to
-	// job_attempts (the CTE, which reads the rows as the statement found
-	// them), so only such jobs write there.
-	qLeaveLeases = `WITH spill AS (
-		INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-			outcome, error_code, error_message, error_retryable, retry_delay_ns, record)
-		SELECT j.tenant, j.id, (r->>'n')::int, (r->>'g')::bigint, r->>'w', (r->>'c')::timestamptz,
-			(r->>'f')::timestamptz, r->>'o', r->>'ec', r->>'em', (r->>'er')::bool, coalesce((r->>'rd')::bigint, 0), r
-		FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
-		JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
-		CROSS JOIN LATERAL (SELECT j.attempt_log->0 AS r) x
-		WHERE jsonb_array_length(coalesce(j.attempt_log, '[]')) >= ` + attemptLogCap + `
-	)
-	UPDATE jobs j
+	// kept. $18: the log is full (store.Leave.Spill) and drops its oldest
+	// record, which qSpillAttempts moved to job_attempts just before.
+	qLeaveLeases = `UPDATE jobs j
 	SET state = u.state,
 	    available_at = coalesce(u.available_at, j.available_at),
 	    finished_at = u.finished_at,
@@ -568,17 +556,27 @@ const (
 	    last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
 	    last_event_seq = j.last_event_seq + u.nevents,
 	    events_stored_through = least(j.events_stored_through, j.last_event_seq),
-	    attempt_log = CASE WHEN jsonb_array_length(coalesce(j.attempt_log, '[]')) >= ` + attemptLogCap + `
-	        THEN (j.attempt_log - 0) || u.record::jsonb
+	    attempt_log = CASE WHEN u.spill THEN (j.attempt_log - 0) || u.record::jsonb
 	        ELSE coalesce(j.attempt_log, '[]') || u.record::jsonb END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[],
 		$7::timestamptz[], $8::timestamptz[], $9::int[], $10::bytea[], $11::bool[], $12::text[],
-		$13::text[], $14::bool[], $15::int[], $16::bool[], $17::text[])
+		$13::text[], $14::bool[], $15::int[], $16::bool[], $17::text[], $18::bool[])
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
-		     set_error, code, message, retryable, nevents, expired, record)
+		     set_error, code, message, retryable, nevents, expired, record, spill)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
 	  AND j.lease_generation = u.generation
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
+
+	// qSpillAttempts moves the oldest record of full attempt logs ($1
+	// tenants, $2 job ids; store.AttemptLogCap records each) to
+	// job_attempts, so only such jobs write there.
+	qSpillAttempts = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
+		outcome, error_code, error_message, error_retryable, retry_delay_ns, record)
+	SELECT j.tenant, j.id, (r->>'n')::int, (r->>'g')::bigint, r->>'w', (r->>'c')::timestamptz,
+		(r->>'f')::timestamptz, r->>'o', r->>'ec', r->>'em', (r->>'er')::bool, coalesce((r->>'rd')::bigint, 0), r
+	FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+	JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
+	CROSS JOIN LATERAL (SELECT j.attempt_log->0 AS r) x`
 
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
 	// was judged at.

@@ -88,14 +88,16 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 			cp             checkpointCols
 			leasedUntil    *time.Time
 			leasedSeq      *int64
+			logLen         int
 		)
-		rec, err := scanJob(rows, append(append([]any{&ord, &at}, cp.dest()...), &prevDelay, &leasedUntil, &leasedSeq)...)
+		rec, err := scanJob(rows, append(append([]any{&ord, &at}, cp.dest()...), &prevDelay, &leasedUntil, &leasedSeq, &logLen)...)
 		if err != nil {
 			return nil, err
 		}
 		rec.job.Checkpoint = cp.checkpoint()
 		out[int(ord)-1] = store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC(),
-			PrevRetryDelay: time.Duration(prevDelay), LeasedUntil: timeOrZero(leasedUntil), LeasedSeq: int64OrZero(leasedSeq)}
+			PrevRetryDelay: time.Duration(prevDelay), LeasedUntil: timeOrZero(leasedUntil), LeasedSeq: int64OrZero(leasedSeq),
+			AttemptLogLen: logLen}
 	}
 	return out, rows.Err()
 }
@@ -206,8 +208,9 @@ func deref(s *string) string {
 func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	b := &pgx.Batch{}
 	leaves, renewals := len(c.Leaves), len(c.Renewals)
+	spills := false
 	if leaves > 0 {
-		queueLeaves(b, c.Leaves)
+		spills = queueLeaves(b, c.Leaves)
 	}
 	if renewals > 0 {
 		queueRenewals(b, c.Renewals)
@@ -221,6 +224,11 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	}
 	br := r.tx.SendBatch(ctx, b)
 	defer br.Close()
+	if spills {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
 	if leaves > 0 {
 		tag, err := br.Exec()
 		if err != nil {
@@ -252,7 +260,9 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 // queueLeaves queues the statement that ends leases: the jobs' update,
 // which appends each ended attempt's record (where its events are kept)
 // to the row.
-func queueLeaves(b *pgx.Batch, ls []store.Leave) {
+//
+// It reports whether it queued qSpillAttempts first.
+func queueLeaves(b *pgx.Batch, ls []store.Leave) (spills bool) {
 	n := len(ls)
 	var (
 		tenants, ids, owners, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -264,11 +274,16 @@ func queueLeaves(b *pgx.Batch, ls []store.Leave) {
 		setErr, retryable            = make([]bool, n), make([]bool, n)
 		codes, messages              = make([]string, n), make([]string, n)
 		records                      = make([]string, n)
+		spill                        = make([]bool, n)
+		spillTenants, spillIDs       []string
 	)
 	for i, l := range ls {
 		t := l.Transition
 		tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
-		expired[i], records[i] = l.Expired, l.Record
+		expired[i], records[i], spill[i] = l.Expired, l.Record, l.Spill
+		if l.Spill {
+			spillTenants, spillIDs = append(spillTenants, l.Tenant), append(spillIDs, l.Token.JobID)
+		}
 		nows[i], available[i] = l.Now, t.AvailableAt
 		if t.Finished() {
 			finished[i] = l.Now
@@ -282,8 +297,12 @@ func queueLeaves(b *pgx.Batch, ls []store.Leave) {
 		}
 		nevents[i] = int32(len(t.Events))
 	}
+	if len(spillIDs) > 0 {
+		b.Queue(qSpillAttempts, spillTenants, spillIDs)
+	}
 	b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
-		nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired, records)
+		nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired, records, spill)
+	return len(spillIDs) > 0
 }
 
 // queueRenewals queues the statement that extends leases.

@@ -204,7 +204,8 @@ const leasedColumns = `tenant, id, queue, kind, payload, metadata, priority, sta
 
 // qLockExpired reads up to ?2 leases that expired at ?1, across tenants,
 // earliest first (the single writer needs no row locks).
-const qLockExpired = jobSelectColumns + `, j.cancel_reason, j.last_event_seq, j.leased_until, j.leased_seq` + jobSelectFrom + `
+const qLockExpired = jobSelectColumns + `, j.cancel_reason, j.last_event_seq, j.leased_until, j.leased_seq,
+    coalesce(json_array_length(j.attempt_log), 0)` + jobSelectFrom + `
 WHERE j.state = 'leased' AND j.lease_expires_at <= ?1
 ORDER BY j.lease_expires_at
 LIMIT ?2`
@@ -444,9 +445,10 @@ RETURNING `+leasedColumns)
 	qLockLeases = newMultiRow(`WITH r(ord, tenant, id, owner, generation, now) AS (VALUES `, 6, `)`+
 		jobSelectColumns+`, j.cancel_reason, j.last_event_seq, r.ord,
     CASE WHEN j.attempt_log IS NOT NULL THEN coalesce(json_extract(j.attempt_log, '$[#-1].rd'), 0)
+    WHEN j.events_stored_through = 0 THEN 0
     ELSE coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
         AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0) END,
-    j.leased_until, j.leased_seq
+    j.leased_until, j.leased_seq, coalesce(json_array_length(j.attempt_log), 0)
 FROM r CROSS JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id`+checkpointJoin+`
 WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
   AND j.lease_expires_at > r.now`)
@@ -460,10 +462,11 @@ WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.
 	// retryable become the last error, nevents, how many event sequences
 	// the transition takes, and record the ended attempt's record
 	// (store.AttemptRecord), appended to the attempt log: it is where the
-	// transition's events are kept. A log at store.AttemptLogCap records
-	// drops its oldest, which qSpillAttempts moved out just before.
+	// transition's events are kept. With spill (store.Leave.Spill) the
+	// full log drops its oldest record, which qSpillAttempts moved out
+	// just before.
 	qLeaveLeases = newMultiRow(`WITH u(tenant, id, owner, generation, now, state, available_at, finished_at,
-    refund, result, set_error, code, message, retryable, nevents, expired, record) AS (VALUES `, 17, `)
+    refund, result, set_error, code, message, retryable, nevents, expired, record, spill) AS (VALUES `, 18, `)
 UPDATE jobs AS j
 SET state = u.state, available_at = coalesce(u.available_at, j.available_at), finished_at = u.finished_at,
     lease_expires_at = NULL,
@@ -474,8 +477,8 @@ SET state = u.state, available_at = coalesce(u.available_at, j.available_at), fi
     last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
     last_event_seq = j.last_event_seq + u.nevents,
     events_stored_through = min(j.events_stored_through, j.last_event_seq),
-    attempt_log = json_insert(CASE WHEN json_array_length(coalesce(j.attempt_log, '[]')) >= `+attemptLogCap+`
-        THEN json_remove(j.attempt_log, '$[0]') ELSE coalesce(j.attempt_log, '[]') END, '$[#]', json(u.record))
+    attempt_log = json_insert(CASE WHEN u.spill THEN json_remove(j.attempt_log, '$[0]')
+        ELSE coalesce(j.attempt_log, '[]') END, '$[#]', json(u.record))
 FROM u
 WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
   AND j.lease_owner = u.owner AND j.lease_generation = u.generation
@@ -489,14 +492,14 @@ FROM u
 WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
   AND j.lease_owner = u.owner AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`)
 
-	// qSpillAttempts moves the oldest record of the rows' jobs whose
-	// attempt logs are full to job_attempts, before qLeaveLeases appends:
+	// qSpillAttempts moves the oldest record of the rows' jobs (whose
+	// attempt logs are full: store.Leave.Spill) to job_attempts, before
+	// qLeaveLeases appends:
 	// the record is what is read back; the columns are filled from it
 	// (times to the microsecond as julianday resolves them).
 	qSpillAttempts = newMultiRow(`WITH u(tenant, id) AS (VALUES `, 2, `), s AS (
     SELECT j.tenant, j.id, json_extract(j.attempt_log, '$[0]') AS r
-    FROM u JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
-    WHERE json_array_length(coalesce(j.attempt_log, '[]')) >= `+attemptLogCap+`)
+    FROM u JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id)
 INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
     outcome, error_code, error_message, error_retryable, retry_delay_ns, record)
 SELECT tenant, id, json_extract(r, '$.n'), json_extract(r, '$.g'), json_extract(r, '$.w'),
@@ -521,6 +524,3 @@ var statements = append([]string{
 	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
 	qPruneIdempotencyKeys, qLiveUniqueHolder, qGetUniqueKey, qPutUniqueKey, qPruneUniqueKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
 }, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qSpillAttempts)...)
-
-// attemptLogCap is store.AttemptLogCap in SQL.
-const attemptLogCap = "50"

@@ -70,13 +70,14 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 			seq, prevDelay         int64
 			ord                    int
 			leasedUntil, leasedSeq sql.NullInt64
+			logLen                 int
 		)
-		row, err := scanJob(rows, &reason, &seq, &ord, &prevDelay, &leasedUntil, &leasedSeq)
+		row, err := scanJob(rows, &reason, &seq, &ord, &prevDelay, &leasedUntil, &leasedSeq, &logLen)
 		if err != nil {
 			return err
 		}
 		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord], PrevRetryDelay: time.Duration(prevDelay),
-			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64}
+			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64, AttemptLogLen: logLen}
 		return nil
 	})
 	if err != nil {
@@ -109,13 +110,14 @@ func (r reportTx) LockExpired(ctx context.Context, now time.Time, limit int) ([]
 			reason                 string
 			seq                    int64
 			leasedUntil, leasedSeq sql.NullInt64
+			logLen                 int
 		)
-		row, err := scanJob(rows, &reason, &seq, &leasedUntil, &leasedSeq)
+		row, err := scanJob(rows, &reason, &seq, &leasedUntil, &leasedSeq, &logLen)
 		if err != nil {
 			return nil, fmt.Errorf("read expired leases: %w", err)
 		}
 		out = append(out, store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: at,
-			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64})
+			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64, AttemptLogLen: logLen})
 	}
 	return out, rows.Err()
 }
@@ -181,14 +183,18 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	if n := len(c.Leaves); n > 0 {
 		var (
 			leaves = make([]any, 0, n*qLeaveLeases.width)
-			jobs   = make([]any, 0, n*qSpillAttempts.width)
+			spills []any
 		)
 		for _, l := range c.Leaves {
 			leaves = append(leaves, leaveArgs(l)...)
-			jobs = append(jobs, l.Tenant, l.Token.JobID)
+			if l.Spill {
+				spills = append(spills, l.Tenant, l.Token.JobID)
+			}
 		}
-		if _, err := qSpillAttempts.exec(ctx, r.tx, jobs); err != nil {
-			return fmt.Errorf("move attempts out of full logs: %w", err)
+		if len(spills) > 0 {
+			if _, err := qSpillAttempts.exec(ctx, r.tx, spills); err != nil {
+				return fmt.Errorf("move attempts out of full logs: %w", err)
+			}
 		}
 		moved, err := qLeaveLeases.exec(ctx, r.tx, leaves)
 		if err != nil {
@@ -246,7 +252,7 @@ func leaveArgs(l store.Leave) []any {
 		result = t.Result
 	}
 	return []any{l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, micros(l.Now), string(t.State),
-		nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events), l.Expired, l.Record}
+		nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events), l.Expired, l.Record, l.Spill}
 }
 
 // loggedAttempt is the attempt of ref's generation in its job's attempt
