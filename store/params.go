@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -49,6 +50,9 @@ type ListJobsParams struct {
 	// that would exceed it ends early, with NextCursor set. It always
 	// holds at least one job. 0 means PageBytesDefault.
 	MaxBytes int
+	// Filter is ANDed with Queue, Kind and States; a cursor is only valid
+	// with the filter of the list that returned it.
+	Filter JobFilter
 }
 
 // JobPage is one page of jobs.
@@ -246,6 +250,50 @@ type ListDeadJobsParams struct {
 	// DeadJobSize.
 	View     JobView
 	MaxBytes int
+	// Filter is ANDed with Queue, IncludeAbandoned and the DEAD state
+	// itself (a filter on other states matches nothing here).
+	Filter JobFilter
+}
+
+// CountJobsParams asks how many jobs of a tenant match a filter.
+type CountJobsParams struct {
+	Tenant string
+	Filter JobFilter
+	// SampleSize is how many of the matching jobs to return, newest first
+	// (0 to CountSampleMax).
+	SampleSize int
+	// Limit stops counting past this many jobs (Capped then says so); 0
+	// counts them all.
+	Limit int64
+}
+
+// JobCount answers CountJobs.
+type JobCount struct {
+	// Count is the number of matching jobs, or Limit when Capped.
+	Count int64
+	// Capped is true when more than Limit jobs match.
+	Capped bool
+	// Sample holds up to SampleSize matching jobs, newest first (created
+	// desc, id desc), in the BASIC view: no payload, result or
+	// checkpoint.
+	Sample []*Job
+}
+
+// CountSampleMax bounds CountJobsParams.SampleSize.
+const CountSampleMax = 100
+
+// ValidateCount checks a CountJobsParams.
+func ValidateCount(p CountJobsParams) error {
+	if err := ValidateTenant(p.Tenant); err != nil {
+		return err
+	}
+	if p.SampleSize < 0 || p.SampleSize > CountSampleMax {
+		return Invalid("sample_size", fmt.Sprintf("must be in [0, %d]", CountSampleMax))
+	}
+	if p.Limit < 0 {
+		return Invalid("limit", "must not be negative")
+	}
+	return p.Filter.Validate()
 }
 
 // DeadJobPage is one page of dead jobs.

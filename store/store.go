@@ -34,6 +34,10 @@ type Store interface {
 	GetJob(ctx context.Context, tenant, jobID string) (*Job, error)
 	// ListJobs pages jobs newest first.
 	ListJobs(ctx context.Context, p ListJobsParams) (*JobPage, error)
+	// CountJobs answers how many jobs of the tenant match p.Filter (up to
+	// p.Limit, when set) and up to p.SampleSize of them, newest first: the
+	// dry run of a bulk operation.
+	CountJobs(ctx context.Context, p CountJobsParams) (JobCount, error)
 	// ListEvents returns events with sequence > AfterSequence, in order.
 	ListEvents(ctx context.Context, p ListEventsParams) ([]Event, error)
 	// ListAttempts returns a job's attempt history, oldest first.

@@ -21,6 +21,9 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 			return nil, err
 		}
 	}
+	if err := p.Filter.Validate(); err != nil {
+		return nil, err
+	}
 	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
@@ -37,7 +40,17 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 	if p.View == store.JobViewBasic {
 		q = qListDeadJobsBasic
 	}
-	rows, err := s.pool.Query(ctx, q, p.Tenant, p.Queue, p.IncludeAbandoned, afterTime, afterID, limit+1)
+	args := []any{p.Tenant, p.Queue, p.IncludeAbandoned, afterTime, afterID, limit + 1}
+	if !p.Filter.IsZero() {
+		var cond string
+		cond, args = filterSQL(p.Filter, args)
+		cols := jobColumns
+		if p.View == store.JobViewBasic {
+			cols = jobColumnsBasic
+		}
+		q = `SELECT ` + cols + qListDeadJobsWhere + ` AND ` + cond + qListDeadJobsOrder
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.readError(ctx, "list_dead_jobs", err)
 	}

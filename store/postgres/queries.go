@@ -83,14 +83,26 @@ const (
 	// id) of the last row of the previous page, or NULL.
 	qListJobs      = `SELECT ` + jobColumns + qListJobsFrom
 	qListJobsBasic = `SELECT ` + jobColumnsBasic + qListJobsFrom
-	qListJobsFrom  = ` FROM jobs
+	qListJobsFrom  = qListJobsWhere + qListJobsOrder
+	// qListJobsWhere and qListJobsOrder are qListJobsFrom's halves: a
+	// filtered list puts its filter (filterSQL, from $8) between them.
+	qListJobsWhere = ` FROM jobs j
 	WHERE tenant = $1
 	  AND ($2 = '' OR queue = $2)
 	  AND ($3 = '' OR kind = $3)
 	  AND (cardinality($4::text[]) = 0 OR state = ANY($4::text[]))
-	  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5::timestamptz, $6::text))
+	  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5::timestamptz, $6::text))`
+	qListJobsOrder = `
 	ORDER BY created_at DESC, id DESC
 	LIMIT $7`
+
+	// qCountJobs counts the jobs of tenant $1 that match a filter (from
+	// $3), up to $2 of them (NULL: all).
+	qCountJobs = `SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.tenant = $1 AND %s LIMIT $2) m`
+	// qSampleJobs reads the newest $2 jobs of tenant $1 that match a
+	// filter (from $3).
+	qSampleJobs = `SELECT ` + jobColumnsBasic + ` FROM jobs j WHERE j.tenant = $1 AND %s
+	ORDER BY created_at DESC, id DESC LIMIT $2`
 )
 
 // Watch presence (migration 008): change notifications are sent while a
@@ -368,11 +380,15 @@ const (
 	// (finished_at, id) or NULL.
 	qListDeadJobs      = `SELECT ` + jobColumns + qListDeadJobsFrom
 	qListDeadJobsBasic = `SELECT ` + jobColumnsBasic + qListDeadJobsFrom
-	qListDeadJobsFrom  = ` FROM jobs
+	qListDeadJobsFrom  = qListDeadJobsWhere + qListDeadJobsOrder
+	// qListDeadJobsWhere and qListDeadJobsOrder are qListDeadJobsFrom's
+	// halves: a filtered list puts its filter (from $7) between them.
+	qListDeadJobsWhere = ` FROM jobs j
 	WHERE tenant = $1 AND state = 'dead'
 	  AND ($2 = '' OR queue = $2)
 	  AND ($3 OR NOT abandoned)
-	  AND ($4::timestamptz IS NULL OR (finished_at, id) < ($4::timestamptz, $5::text))
+	  AND ($4::timestamptz IS NULL OR (finished_at, id) < ($4::timestamptz, $5::text))`
+	qListDeadJobsOrder = `
 	ORDER BY finished_at DESC, id DESC
 	LIMIT $6`
 

@@ -57,6 +57,9 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 			return nil, store.Invalid("states", fmt.Sprintf("unknown state %q", st))
 		}
 	}
+	if err := p.Filter.Validate(); err != nil {
+		return nil, err
+	}
 	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
@@ -73,7 +76,17 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 	if p.View == store.JobViewBasic {
 		q = qListJobsBasic
 	}
-	rows, err := s.pool.Query(ctx, q, p.Tenant, p.Queue, p.Kind, states, afterTime, afterID, limit+1)
+	args := []any{p.Tenant, p.Queue, p.Kind, states, afterTime, afterID, limit + 1}
+	if !p.Filter.IsZero() {
+		var cond string
+		cond, args = filterSQL(p.Filter, args)
+		cols := jobColumns
+		if p.View == store.JobViewBasic {
+			cols = jobColumnsBasic
+		}
+		q = `SELECT ` + cols + qListJobsWhere + ` AND ` + cond + qListJobsOrder
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, s.readError(ctx, "list_jobs", err)
 	}
@@ -103,6 +116,42 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		page.NextCursor = encodeCursor(cursor{at: last.CreatedAt, id: last.ID})
 	}
 	return page, nil
+}
+
+// CountJobs implements store.Store: a count, cut at Limit, and a sample of
+// the newest matching jobs, each in one statement.
+func (s *Store) CountJobs(ctx context.Context, p store.CountJobsParams) (store.JobCount, error) {
+	if err := store.ValidateCount(p); err != nil {
+		return store.JobCount{}, err
+	}
+	var out store.JobCount
+	var limit any // NULL: LIMIT ALL
+	if p.Limit > 0 {
+		limit = p.Limit + 1
+	}
+	cond, args := filterSQL(p.Filter, []any{p.Tenant, limit})
+	if err := s.pool.QueryRow(ctx, fmt.Sprintf(qCountJobs, cond), args...).Scan(&out.Count); err != nil {
+		return store.JobCount{}, s.readError(ctx, "count_jobs", err)
+	}
+	if p.Limit > 0 && out.Count > p.Limit {
+		out.Count, out.Capped = p.Limit, true
+	}
+	if p.SampleSize == 0 || out.Count == 0 {
+		return out, nil
+	}
+	cond, args = filterSQL(p.Filter, []any{p.Tenant, p.SampleSize})
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(qSampleJobs, cond), args...)
+	if err != nil {
+		return store.JobCount{}, s.readError(ctx, "count_jobs", err)
+	}
+	recs, _, err := collectPage(rows, p.SampleSize, 0)
+	if err != nil {
+		return store.JobCount{}, s.readError(ctx, "count_jobs", err)
+	}
+	for _, r := range recs {
+		out.Sample = append(out.Sample, r.job)
+	}
+	return out, nil
 }
 
 // collectPage reads the jobs of one list page from rows (a query with a

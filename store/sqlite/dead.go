@@ -31,6 +31,9 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 	if p.Queue != "" && !store.ValidName(p.Queue) {
 		return nil, store.Invalid("queue", "must be a valid queue name")
 	}
+	if err := p.Filter.Validate(); err != nil {
+		return nil, err
+	}
 	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
@@ -48,9 +51,19 @@ func (s *Store) ListDeadJobs(ctx context.Context, p store.ListDeadJobsParams) (*
 	if p.View == store.JobViewBasic {
 		q = qListDeadJobsBasic
 	}
+	args := []any{p.Tenant, p.Queue, p.IncludeAbandoned, after, afterID, limit + 1}
+	if !p.Filter.IsZero() {
+		var cond string
+		cond, args = filterSQL(p.Filter, args)
+		sel := jobSelect
+		if p.View == store.JobViewBasic {
+			sel = jobSelectBasic
+		}
+		q = sel + qListDeadJobsConds + ` AND ` + cond + qListDeadJobsOrder
+	}
 	page := &store.DeadJobPage{}
 	err = s.read(ctx, "list dead jobs", func(tx *preparedTx) error {
-		rows, err := tx.QueryContext(ctx, q, p.Tenant, p.Queue, p.IncludeAbandoned, after, afterID, limit+1)
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}

@@ -381,6 +381,9 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		}
 		states = append(states, string(st))
 	}
+	if err := p.Filter.Validate(); err != nil {
+		return nil, err
+	}
 	limit, err := store.PageLimit(p.Limit)
 	if err != nil {
 		return nil, err
@@ -403,10 +406,20 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 	if p.View == store.JobViewBasic {
 		q = qListJobsBasic
 	}
+	args := []any{p.Tenant, p.Queue, p.Kind, string(statesJSON), after, afterID, limit + 1}
+	if !p.Filter.IsZero() {
+		var cond string
+		cond, args = filterSQL(p.Filter, args)
+		sel := jobSelect
+		if p.View == store.JobViewBasic {
+			sel = jobSelectBasic
+		}
+		q = sel + qListJobsConds + ` AND ` + cond + qListJobsOrder
+	}
 	page := &store.JobPage{}
 	more := false
 	err = s.read(ctx, "list jobs", func(tx *preparedTx) error {
-		rows, err := tx.QueryContext(ctx, q, p.Tenant, p.Queue, p.Kind, string(statesJSON), after, afterID, limit+1)
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -440,6 +453,54 @@ func (s *Store) ListJobs(ctx context.Context, p store.ListJobsParams) (*store.Jo
 		page.NextCursor = encodeCursor(cursorJobs, last.CreatedAt, last.ID)
 	}
 	return page, nil
+}
+
+// CountJobs implements store.Store: the count, cut at Limit, and the
+// sample are read in one read transaction.
+func (s *Store) CountJobs(ctx context.Context, p store.CountJobsParams) (store.JobCount, error) {
+	if err := store.ValidateCount(p); err != nil {
+		return store.JobCount{}, err
+	}
+	var out store.JobCount
+	limit := int64(-1) // LIMIT -1: no limit
+	if p.Limit > 0 {
+		limit = p.Limit + 1
+	}
+	err := s.read(ctx, "count jobs", func(tx *preparedTx) error {
+		cond, args := filterSQL(p.Filter, []any{p.Tenant, limit})
+		if err := tx.QueryRowContext(ctx, fmt.Sprintf(qCountJobs, cond), args...).Scan(&out.Count); err != nil {
+			return err
+		}
+		if p.Limit > 0 && out.Count > p.Limit {
+			out.Count, out.Capped = p.Limit, true
+		}
+		if p.SampleSize == 0 || out.Count == 0 {
+			return nil
+		}
+		cond, args = filterSQL(p.Filter, []any{p.Tenant, p.SampleSize})
+		rows, err := tx.QueryContext(ctx, fmt.Sprintf(qSampleJobs, cond), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		budget := store.NewPageBudget(0)
+		for rows.Next() {
+			row, err := scanJob(rows)
+			if err != nil {
+				return err
+			}
+			if !budget.Take(store.JobSize(row.job)) {
+				break
+			}
+			row.job.Checkpoint = nil
+			out.Sample = append(out.Sample, row.job)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return store.JobCount{}, err
+	}
+	return out, nil
 }
 
 // ListEvents implements store.Store. A Limit of 0 means store.ListLimitMax.

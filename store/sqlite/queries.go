@@ -76,14 +76,30 @@ const (
 	qListJobsBasic = jobSelectBasic + qListJobsWhere
 )
 
-const qListJobsWhere = `
+const qListJobsWhere = qListJobsConds + qListJobsOrder
+
+// qListJobsConds and qListJobsOrder are qListJobsWhere's halves: a
+// filtered list puts its filter (filterSQL, from ?8) between them.
+const (
+	qListJobsConds = `
 WHERE j.tenant = ?1
   AND (?2 = '' OR j.queue = ?2)
   AND (?3 = '' OR j.kind = ?3)
   AND (json_array_length(?4) = 0 OR j.state IN (SELECT value FROM json_each(?4)))
-  AND (?5 IS NULL OR j.created_at < ?5 OR (j.created_at = ?5 AND j.id < ?6))
+  AND (?5 IS NULL OR j.created_at < ?5 OR (j.created_at = ?5 AND j.id < ?6))`
+	qListJobsOrder = `
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT ?7`
+)
+
+// qCountJobs counts the jobs of tenant ?1 that match a filter (from ?3),
+// up to ?2 of them (-1: all).
+const qCountJobs = `SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.tenant = ?1 AND %s LIMIT ?2)`
+
+// qSampleJobs reads the newest ?2 jobs of tenant ?1 that match a filter
+// (from ?3).
+const qSampleJobs = jobSelectBasic + `WHERE j.tenant = ?1 AND %s
+ORDER BY j.created_at DESC, j.id DESC LIMIT ?2`
 
 // qJobExists checks that a job exists for the tenant.
 const qJobExists = `SELECT 1 FROM jobs WHERE tenant = ?1 AND id = ?2`
@@ -297,13 +313,20 @@ const (
 	qListDeadJobsBasic = jobSelectBasic + qListDeadJobsWhere
 )
 
-const qListDeadJobsWhere = `
+const qListDeadJobsWhere = qListDeadJobsConds + qListDeadJobsOrder
+
+// qListDeadJobsConds and qListDeadJobsOrder are qListDeadJobsWhere's
+// halves: a filtered list puts its filter (from ?7) between them.
+const (
+	qListDeadJobsConds = `
 WHERE j.tenant = ?1 AND j.state = 'dead'
   AND (?2 = '' OR j.queue = ?2)
   AND (?3 OR j.abandoned = 0)
-  AND (?4 IS NULL OR j.finished_at < ?4 OR (j.finished_at = ?4 AND j.id < ?5))
+  AND (?4 IS NULL OR j.finished_at < ?4 OR (j.finished_at = ?4 AND j.id < ?5))`
+	qListDeadJobsOrder = `
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT ?6`
+)
 
 // qMarkReplayed links a dead job to its replay.
 const qMarkReplayed = `

@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		limitTests(),
 		scheduleTests(),
 		uniqueTests(),
+		filterTests(),
 		historyTests(),
 	}
 	for _, g := range groups {
