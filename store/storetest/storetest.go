@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		scheduleTests(),
 		uniqueTests(),
 		filterTests(),
+		historyTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
