@@ -22,9 +22,16 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ListQueuesRequest has no filters yet.
+// ListQueuesRequest lists the caller's queues.
 type ListQueuesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How old the counts may be. Unset or zero: counted now, exactly (the
+	// cost follows every job of the tenant, finished ones included). Set:
+	// counts this coordinator took at most this long ago (QueueStats.counted_at
+	// says when), refreshed in the background, so the call does not wait
+	// for a count while a recent one exists. Policies and paused flags are
+	// always read now. At most 10 minutes.
+	MaxStaleness  *durationpb.Duration `protobuf:"bytes,1,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -57,6 +64,13 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListQueuesRequest) GetMaxStaleness() *durationpb.Duration {
+	if x != nil {
+		return x.MaxStaleness
+	}
+	return nil
 }
 
 // QueueSummary is one queue with its policy and counts.
@@ -2178,8 +2192,9 @@ var File_leasehold_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
-	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\x13\n" +
-	"\x11ListQueuesRequest\"q\n" +
+	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"S\n" +
+	"\x11ListQueuesRequest\x12>\n" +
+	"\rmax_staleness\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fmaxStaleness\"q\n" +
 	"\fQueueSummary\x121\n" +
 	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\x12.\n" +
 	"\x05stats\x18\x02 \x01(\v2\x18.leasehold.v1.QueueStatsR\x05stats\"H\n" +
@@ -2379,13 +2394,13 @@ var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*ListAuditEventsResponse)(nil),      // 40: leasehold.v1.ListAuditEventsResponse
 	(*ReleaseWorkerBindingRequest)(nil),  // 41: leasehold.v1.ReleaseWorkerBindingRequest
 	(*ReleaseWorkerBindingResponse)(nil), // 42: leasehold.v1.ReleaseWorkerBindingResponse
-	(*QueuePolicy)(nil),                  // 43: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),                   // 44: leasehold.v1.QueueStats
-	(JobView)(0),                         // 45: leasehold.v1.JobView
-	(*DeadJob)(nil),                      // 46: leasehold.v1.DeadJob
-	(*Job)(nil),                          // 47: leasehold.v1.Job
-	(*Breaker)(nil),                      // 48: leasehold.v1.Breaker
-	(*durationpb.Duration)(nil),          // 49: google.protobuf.Duration
+	(*durationpb.Duration)(nil),          // 43: google.protobuf.Duration
+	(*QueuePolicy)(nil),                  // 44: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),                   // 45: leasehold.v1.QueueStats
+	(JobView)(0),                         // 46: leasehold.v1.JobView
+	(*DeadJob)(nil),                      // 47: leasehold.v1.DeadJob
+	(*Job)(nil),                          // 48: leasehold.v1.Job
+	(*Breaker)(nil),                      // 49: leasehold.v1.Breaker
 	(*BreakerPolicy)(nil),                // 50: leasehold.v1.BreakerPolicy
 	(*BreakerEvent)(nil),                 // 51: leasehold.v1.BreakerEvent
 	(*WorkerInfo)(nil),                   // 52: leasehold.v1.WorkerInfo
@@ -2394,80 +2409,81 @@ var file_leasehold_v1_admin_service_proto_goTypes = []any{
 	(*AuditEvent)(nil),                   // 55: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
-	43, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
-	44, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
-	1,  // 2: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
-	1,  // 3: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
-	43, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	45, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
-	46, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	46, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	47, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	46, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	48, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	48, // 14: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	49, // 15: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
-	48, // 16: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	50, // 17: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
-	48, // 18: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
-	51, // 19: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
-	48, // 20: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	52, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	53, // 22: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	54, // 23: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	54, // 24: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	54, // 25: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	55, // 26: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
-	0,  // 27: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 28: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 29: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 30: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 31: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 32: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 33: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 34: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 35: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 36: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 37: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
-	23, // 38: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	24, // 39: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
-	26, // 40: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
-	28, // 41: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
-	31, // 42: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	33, // 43: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
-	35, // 44: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
-	37, // 45: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
-	39, // 46: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	41, // 47: leasehold.v1.AdminService.ReleaseWorkerBinding:input_type -> leasehold.v1.ReleaseWorkerBindingRequest
-	2,  // 48: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 49: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 50: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 51: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 52: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 53: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 54: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 55: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 56: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 57: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 58: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
-	30, // 59: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	25, // 60: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
-	27, // 61: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
-	29, // 62: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
-	32, // 63: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	34, // 64: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	36, // 65: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	38, // 66: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	40, // 67: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	42, // 68: leasehold.v1.AdminService.ReleaseWorkerBinding:output_type -> leasehold.v1.ReleaseWorkerBindingResponse
-	48, // [48:69] is the sub-list for method output_type
-	27, // [27:48] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	43, // 0: leasehold.v1.ListQueuesRequest.max_staleness:type_name -> google.protobuf.Duration
+	44, // 1: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
+	45, // 2: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
+	1,  // 3: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
+	1,  // 4: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
+	44, // 5: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
+	44, // 6: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	44, // 7: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	44, // 8: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	46, // 9: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
+	47, // 10: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	47, // 11: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	48, // 12: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	47, // 13: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	49, // 14: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	49, // 15: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	43, // 16: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
+	49, // 17: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	50, // 18: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
+	49, // 19: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
+	51, // 20: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
+	49, // 21: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	52, // 22: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	53, // 23: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	54, // 24: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	54, // 25: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	54, // 26: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	55, // 27: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	0,  // 28: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	3,  // 29: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	5,  // 30: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	7,  // 31: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	9,  // 32: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	11, // 33: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	13, // 34: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	15, // 35: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	17, // 36: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	19, // 37: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	21, // 38: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
+	23, // 39: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	24, // 40: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
+	26, // 41: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
+	28, // 42: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
+	31, // 43: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	33, // 44: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	35, // 45: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	37, // 46: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	39, // 47: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	41, // 48: leasehold.v1.AdminService.ReleaseWorkerBinding:input_type -> leasehold.v1.ReleaseWorkerBindingRequest
+	2,  // 49: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	4,  // 50: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	6,  // 51: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	8,  // 52: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	10, // 53: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	12, // 54: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	14, // 55: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	16, // 56: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	18, // 57: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	20, // 58: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	22, // 59: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
+	30, // 60: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	25, // 61: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
+	27, // 62: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
+	29, // 63: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
+	32, // 64: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	34, // 65: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	36, // 66: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	38, // 67: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	40, // 68: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	42, // 69: leasehold.v1.AdminService.ReleaseWorkerBinding:output_type -> leasehold.v1.ReleaseWorkerBindingResponse
+	49, // [49:70] is the sub-list for method output_type
+	28, // [28:49] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }
