@@ -325,6 +325,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Sign-in: the console asks for a key and seals it in a strict cookie.
 	e.run("open", chromedp.Navigate(e.base), chromedp.WaitVisible(chromedp.CSS("#api_key")))
 	e.shot("signin")
+	// A wrong key is refused (and recorded in the audit log).
+	e.run("a wrong key",
+		chromedp.SendKeys(chromedp.CSS("#api_key"), coordinator.APIKeyPrefix+strings.Repeat("x", 43)),
+		chromedp.Submit(chromedp.CSS("#api_key")),
+		chromedp.WaitVisible(chromedp.CSS("p.err")))
 	e.signIn(e.adminKey)
 	admin := e.cookie()
 
@@ -437,6 +442,31 @@ func (e *env) otherPages() {
 	for _, p := range []string{"queues", "workers", "schedules", "keys", "audit"} {
 		e.open(p)
 		e.shot(p)
+	}
+	// The audit page shows the refused sign-in and the admin's.
+	e.waitText("sign-ins audited", "table.audit", func(s string) bool {
+		return strings.Contains(s, "console_sign_in_refused") && strings.Contains(s, "invalid_key") &&
+			strings.Contains(s, "console_sign_in") && strings.Contains(s, "console admin")
+	})
+	audit, err := e.api.admin.ListAuditEvents(e.api.ctx, &leaseholdv1.ListAuditEventsRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var signedIn, refused int
+	for _, ev := range audit.GetEvents() {
+		switch ev.GetAction() {
+		case leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN:
+			if ev.GetActorName() == "console admin" {
+				signedIn++
+			}
+		case leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED:
+			if strings.Contains(ev.GetDataJson(), `"invalid_key"`) {
+				refused++
+			}
+		}
+	}
+	if signedIn != 1 || refused != 1 {
+		e.t.Fatalf("audit log: %d sign-ins of the admin and %d refused ones, want 1 and 1", signedIn, refused)
 	}
 	// The billing job's lease is held by the test's worker.
 	e.open("workers")
