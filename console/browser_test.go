@@ -454,15 +454,11 @@ func (e *env) otherPages() {
 	}
 	var signedIn, refused int
 	for _, ev := range audit.GetEvents() {
-		switch ev.GetAction() {
-		case leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN:
-			if ev.GetActorName() == "console admin" {
-				signedIn++
-			}
-		case leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED:
-			if strings.Contains(ev.GetDataJson(), `"invalid_key"`) {
-				refused++
-			}
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN && ev.GetActorName() == "console admin" {
+			signedIn++
+		}
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED && strings.Contains(ev.GetDataJson(), `"invalid_key"`) {
+			refused++
 		}
 	}
 	if signedIn != 1 || refused != 1 {

@@ -38,10 +38,10 @@ func (c *console) updatePolicy(req *request) error {
 		return err
 	}
 	p := proto.CloneOf(cur.GetQueue().GetPolicy())
-	if p.Retry == nil {
+	if p.GetRetry() == nil {
 		p.Retry = &leaseholdv1.RetryPolicy{}
 	}
-	if p.RateLimit == nil {
+	if p.GetRateLimit() == nil {
 		p.RateLimit = &leaseholdv1.RateLimit{}
 	}
 	var bad []string
@@ -75,7 +75,7 @@ func (c *console) updatePolicy(req *request) error {
 	p.RateLimit.Starts = num("rate_limit_starts")
 	p.RateLimit.Interval = dur("rate_limit_interval")
 	p.RateLimit.PerKey = req.form("rate_limit_per_key") == "on"
-	if p.RateLimit.GetStarts() == 0 {
+	if p.GetRateLimit().GetStarts() == 0 {
 		p.RateLimit = nil
 	}
 	p.DefaultDependency = strings.TrimSpace(req.form("default_dependency"))

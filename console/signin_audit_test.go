@@ -1,6 +1,7 @@
 package console
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 // has its own count.
 func TestRateLimitedSignInsAreRecordedOncePerInterval(t *testing.T) {
 	l := newSignInLimiter()
-	r := httptest.NewRequest("POST", "/ui/signin", nil)
+	r := httptest.NewRequest(http.MethodPost, "/ui/signin", nil)
 	r.RemoteAddr = "192.0.2.1:4000"
 	for n := range signInBurst {
 		if ok, audit, _ := l.allow(r); !ok || audit {
@@ -27,7 +28,7 @@ func TestRateLimitedSignInsAreRecordedOncePerInterval(t *testing.T) {
 			t.Fatalf("a refused attempt within the interval: ok %v, audit %v; want neither", ok, audit)
 		}
 	}
-	other := httptest.NewRequest("POST", "/ui/signin", nil)
+	other := httptest.NewRequest(http.MethodPost, "/ui/signin", nil)
 	other.RemoteAddr = "192.0.2.2:4000"
 	if ok, _, _ := l.allow(other); !ok {
 		t.Fatal("another address is limited by the first one's attempts")

@@ -74,7 +74,7 @@ func TestRecordConsoleSignIn(t *testing.T) {
 	if _, err := leaseholdv1.NewAdminServiceClient(e.dial(readerKey)).RecordConsoleSignIn(with(proof), succeeded); err != nil {
 		t.Fatalf("a succeeded sign-in with the reader's key: %v", err)
 	}
-	long := &leaseholdv1.RecordConsoleSignInRequest{Outcome: refused.Outcome, Reason: strings.Repeat("x", 65)}
+	long := &leaseholdv1.RecordConsoleSignInRequest{Outcome: refused.GetOutcome(), Reason: strings.Repeat("x", 65)}
 	if _, err := leaseholdv1.NewAdminServiceClient(e.dial("")).RecordConsoleSignIn(with(proof), long); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a reason of 65 bytes: %v, want INVALID_ARGUMENT", err)
 	}

@@ -65,13 +65,13 @@ func (q *queueCounts) get(ctx context.Context, c *Coordinator, tenant string, ma
 	}
 	if e.stats != nil && asked.Sub(e.at) <= maxStale {
 		if asked.Sub(e.at) >= max(queueCountsRefreshMin, queueCountsCostShare*e.took) {
-			q.startLocked(c, tenant, e)
+			q.startLocked(c, tenant, e) //nolint:contextcheck // a count shared by every call: under the coordinator's context, not one caller's
 		}
 		stats, at := e.stats, e.at
 		q.mu.Unlock()
 		return stats, at, nil
 	}
-	done := q.startLocked(c, tenant, e)
+	done := q.startLocked(c, tenant, e) //nolint:contextcheck // as above: the callers wait for it with their own context
 	q.mu.Unlock()
 	select {
 	case <-done:

@@ -140,6 +140,8 @@ func (s *throughputSampler) count(ctx context.Context, start time.Time) (through
 			c[2] += r.N
 		case store.JobStateCancelled:
 			c[3] += r.N
+		case store.JobStateQueued, store.JobStateLeased:
+			// Not finished: CountFinished never returns them.
 		}
 	}
 	if dropped > 0 {
