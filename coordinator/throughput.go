@@ -47,6 +47,10 @@ type throughputSampler struct {
 	log      *slog.Logger
 	now      func() time.Time
 
+	// failing is whether the last count failed (only runOnce's
+	// goroutine uses it).
+	failing bool
+
 	mu      sync.Mutex
 	next    time.Time // start of the next interval to count (zero: not started)
 	samples []throughputWindow
@@ -91,12 +95,20 @@ func (s *throughputSampler) runOnce(ctx context.Context) {
 	for !next.Add(s.interval).After(settled) {
 		w, err := s.count(ctx, next)
 		if err != nil {
+			// Warn once per run of failures (an outage is logged by the
+			// readiness prober), Debug for the rest.
+			level := slog.LevelDebug
+			if !s.failing {
+				level = slog.LevelWarn
+			}
+			s.failing = true
 			if ctx.Err() == nil {
-				s.log.WarnContext(ctx, "throughput sample failed; retried at the next tick",
+				s.log.Log(ctx, level, "throughput sample failed; retried at the next tick",
 					slog.Time("interval_start", next), slog.Any("error", err))
 			}
 			break
 		}
+		s.failing = false
 		s.mu.Lock()
 		s.samples = append(s.samples, w)
 		if len(s.samples) > ThroughputSamples {
