@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -95,10 +96,10 @@ func (s *throughputSampler) runOnce(ctx context.Context) {
 	for !next.Add(s.interval).After(settled) {
 		w, err := s.count(ctx, next)
 		if err != nil {
-			// Warn once per run of failures (an outage is logged by the
-			// readiness prober), Debug for the rest.
+			// Warn once per run of failures, Debug for the rest; an
+			// outage of the store is the readiness prober's to log.
 			level := slog.LevelDebug
-			if !s.failing {
+			if !s.failing && !errors.Is(err, store.ErrUnavailable) {
 				level = slog.LevelWarn
 			}
 			s.failing = true
