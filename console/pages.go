@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -13,22 +17,31 @@ import (
 // pageSize is how many rows a list page asks for.
 const pageSize = 50
 
+// countsMaxStaleness is how old the queue counts of the overview and the
+// queues page may be (ListQueuesRequest.max_staleness): the coordinator
+// answers from its last count and counts again in the background, so a
+// page never waits for a count of every job while a recent one exists.
+const countsMaxStaleness = 30 * time.Second
+
 // overviewData is the overview's live part.
 type overviewData struct {
-	Queues   []*leaseholdv1.QueueStats
-	Breakers []*leaseholdv1.Breaker
-	Workers  []*leaseholdv1.WorkerInfo
+	Queues []*leaseholdv1.QueueStats
+	// CountedAt is when the queue counts were taken.
+	CountedAt *timestamppb.Timestamp
+	Breakers  []*leaseholdv1.Breaker
+	Workers   []*leaseholdv1.WorkerInfo
 }
 
 func (c *console) overviewData(req *request) (overviewData, error) {
 	var d overviewData
 	if req.can.QueuesRead {
-		qs, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{})
+		qs, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{MaxStaleness: durationpb.New(countsMaxStaleness)})
 		if err != nil {
 			return d, err
 		}
 		for _, q := range qs.GetQueues() {
 			d.Queues = append(d.Queues, q.GetStats())
+			d.CountedAt = q.GetStats().GetCountedAt()
 		}
 	}
 	if req.can.BreakersRead {
@@ -171,7 +184,7 @@ func (c *console) dead(req *request) error {
 }
 
 func (c *console) queues(req *request) error {
-	out, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{})
+	out, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{MaxStaleness: durationpb.New(countsMaxStaleness)})
 	if err != nil {
 		return err
 	}

@@ -88,6 +88,8 @@ var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
 	store.AuditSchedulePaused:         leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED,
 	store.AuditScheduleResumed:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED,
 	store.AuditScheduleTriggered:      leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED,
+	store.AuditConsoleSignIn:          leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN,
+	store.AuditConsoleSignInRefused:   leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED,
 }
 
 func toAuditEvent(e store.AuditEvent) *leaseholdv1.AuditEvent {

@@ -42,6 +42,10 @@ const (
 	permSchedulesWrite   permission = "schedules.write"
 	permSchedulesPause   permission = "schedules.pause"
 	permSchedulesTrigger permission = "schedules.trigger"
+	// permConsole: a web console, proven by the console proof metadata
+	// (console_proof.go), not by a role; with a key as well, the key's
+	// principal is the caller.
+	permConsole permission = "console"
 )
 
 // methodPermissions is THE table: every RPC of every service the
@@ -93,6 +97,7 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.AdminService_UpdateBreakerPolicy_FullMethodName:  permBreakerWrite,
 	leaseholdv1.AdminService_ListWorkers_FullMethodName:          permWorkersRead,
 	leaseholdv1.AdminService_ReleaseWorkerBinding_FullMethodName: permWorkersWrite,
+	leaseholdv1.AdminService_RecordConsoleSignIn_FullMethodName:  permConsole,
 	leaseholdv1.AdminService_CreateApiKey_FullMethodName:         permKeysManage,
 	leaseholdv1.AdminService_ListApiKeys_FullMethodName:          permKeysManage,
 	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:         permKeysManage,

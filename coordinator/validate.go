@@ -675,6 +675,19 @@ func (v validator) GetQueue(r *leaseholdv1.GetQueueRequest) (string, error) {
 	return v.queue(r.GetQueue())
 }
 
+// ListQueues validates a ListQueuesRequest: its max_staleness, zero when
+// unset.
+func (v validator) ListQueues(r *leaseholdv1.ListQueuesRequest) (time.Duration, error) {
+	d, err := duration("max_staleness", r.GetMaxStaleness())
+	if err != nil {
+		return 0, err
+	}
+	if d > QueueCountsMaxStaleness {
+		return 0, store.Invalid("max_staleness", fmt.Sprintf("must be at most %s", QueueCountsMaxStaleness))
+	}
+	return d, nil
+}
+
 // PauseQueue validates a PauseQueueRequest.
 func (v validator) PauseQueue(r *leaseholdv1.PauseQueueRequest) (string, error) {
 	return v.queue(r.GetQueue())

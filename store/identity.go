@@ -173,6 +173,10 @@ const (
 	AuditSchedulePaused         AuditAction = "schedule_paused"
 	AuditScheduleResumed        AuditAction = "schedule_resumed"
 	AuditScheduleTriggered      AuditAction = "schedule_triggered"
+	// AuditConsoleSignIn and AuditConsoleSignInRefused are web console
+	// sign-in attempts (AdminService.RecordConsoleSignIn).
+	AuditConsoleSignIn        AuditAction = "console_sign_in"
+	AuditConsoleSignInRefused AuditAction = "console_sign_in_refused"
 )
 
 // AuditEvent is one recorded operator action.

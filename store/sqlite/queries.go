@@ -544,6 +544,6 @@ var statements = append([]string{
 	qRequestCancelLeased, qLatestCheckpoint, qListCheckpoints, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
-	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
+	qSetPaused, qQueueStats, qQueueCounts, qCountFinished, qPruneJobIdempotencyKeys, qPruneJobs,
 	qPruneIdempotencyKeys, qLiveUniqueHolder, qGetUniqueKey, qPutUniqueKey, qPruneUniqueKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
 }, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qSpillAttempts)...)

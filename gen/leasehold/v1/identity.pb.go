@@ -149,6 +149,15 @@ const (
 	// schedule's id; data: the job and the request id). A replayed trigger
 	// is not recorded again.
 	AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED AuditAction = 19
+	// 20-23: the bulk operations' actions.
+	// AdminService.RecordConsoleSignIn of a sign-in that succeeded (actor:
+	// the principal; target: its id; data: the browser's address).
+	AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN AuditAction = 24
+	// AdminService.RecordConsoleSignIn of a refused sign-in (actor
+	// "console"; target "console"; data: the browser's address, the reason,
+	// and for rate-limited attempts how many were refused since the last
+	// record).
+	AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED AuditAction = 25
 )
 
 // Enum value maps for AuditAction.
@@ -174,6 +183,8 @@ var (
 		17: "AUDIT_ACTION_SCHEDULE_PAUSED",
 		18: "AUDIT_ACTION_SCHEDULE_RESUMED",
 		19: "AUDIT_ACTION_SCHEDULE_TRIGGERED",
+		24: "AUDIT_ACTION_CONSOLE_SIGN_IN",
+		25: "AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED",
 	}
 	AuditAction_value = map[string]int32{
 		"AUDIT_ACTION_UNSPECIFIED":             0,
@@ -196,6 +207,8 @@ var (
 		"AUDIT_ACTION_SCHEDULE_PAUSED":         17,
 		"AUDIT_ACTION_SCHEDULE_RESUMED":        18,
 		"AUDIT_ACTION_SCHEDULE_TRIGGERED":      19,
+		"AUDIT_ACTION_CONSOLE_SIGN_IN":         24,
+		"AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED": 25,
 	}
 )
 
@@ -506,7 +519,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xd4\x05\n" +
+	"ROLE_ADMIN\x10\x05*\xa0\x06\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -528,7 +541,9 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x1dAUDIT_ACTION_SCHEDULE_DELETED\x10\x10\x12 \n" +
 	"\x1cAUDIT_ACTION_SCHEDULE_PAUSED\x10\x11\x12!\n" +
 	"\x1dAUDIT_ACTION_SCHEDULE_RESUMED\x10\x12\x12#\n" +
-	"\x1fAUDIT_ACTION_SCHEDULE_TRIGGERED\x10\x13B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x1fAUDIT_ACTION_SCHEDULE_TRIGGERED\x10\x13\x12 \n" +
+	"\x1cAUDIT_ACTION_CONSOLE_SIGN_IN\x10\x18\x12(\n" +
+	"$AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED\x10\x19B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once
