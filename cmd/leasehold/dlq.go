@@ -33,7 +33,7 @@ func (c *cli) dlqListCommand() *cobra.Command {
 --queue and --include-abandoned, e.g.
 
   leasehold dlq list --filter 'error_code = "TIMEOUT" AND metadata.customer = "42"'`,
-		Args:  positional(),
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if req.PageSize, req.PageToken, err = pages.request(); err != nil {

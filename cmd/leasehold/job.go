@@ -213,7 +213,7 @@ func (c *cli) jobListCommand() *cobra.Command {
 
   leasehold job list --filter 'queue = "emails" AND state:(QUEUED, LEASED) AND metadata.customer = "42"'
   leasehold job list --filter 'error_code = "TIMEOUT" AND finished >= "2026-12-01T00:00:00Z"'`,
-		Args:  positional(),
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
