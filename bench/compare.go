@@ -111,7 +111,13 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return exitFail
 		}
 	}
-	started := time.Now().UTC()
+	settings, err := serverSettings(ctx, f.databaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "leasehold bench compare: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "# %s\n", settings)
+	started, loadBefore := time.Now().UTC(), loadAverage()
 	var results []*measure.Result
 	failures := 0
 	total := f.rounds * len(f.modes) * 2
@@ -140,6 +146,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	writeSummary(stdout, rows)
 	fmt.Fprintf(stdout, "\n# for bench/RESULTS.md (newest first):\n\n")
 	writeResultsSection(stdout, started, f, rows)
+	fmt.Fprintf(stdout, "\n%s. Load average %s before, %s after.\n", settings, loadBefore, loadAverage())
 	if failures > 0 {
 		fmt.Fprintf(stderr, "leasehold bench compare: %d of %d runs failed\n", failures, total)
 		return exitFail

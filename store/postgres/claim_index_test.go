@@ -191,3 +191,56 @@ func TestLeaseStatementsProbeByKey(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimsAreNeverJITCompiled runs the claim statement through the
+// store's own connections with JIT made as eager as it gets, and fails if
+// PostgreSQL compiles it: a claim's LIMIT comes from its arguments, so at
+// ten million queued jobs the planner's estimate crossed jit_above_cost
+// and each claim spent ~100 ms compiling (docs/scaling.md).
+func TestClaimsAreNeverJITCompiled(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := open(t, migrated(t), store.EngineOptions{})
+	pool := postgres.Pool(s)
+	var jit string
+	if err := pool.QueryRow(ctx, "SHOW jit").Scan(&jit); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" {
+		t.Errorf("the store's sessions run with jit = %s, want off", jit)
+	}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, queue, kind, state, max_attempts, created_at, available_at)
+	SELECT 't1', 'j-' || g, 'emails', 'k', 'queued', 5, $1::timestamptz - interval '1 hour', $1::timestamptz - interval '1 hour'
+	FROM generate_series(1, 100) g`, now); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL jit_above_cost = 0"); err != nil {
+		t.Fatal(err)
+	}
+	lease := int64(30 * time.Second)
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE) "+postgres.ClaimPlainQuery,
+		"t1", []string{"emails"}, []int32{1}, []int64{lease}, []int64{lease}, []string{"w"}, []int64{0}, now, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan.String(), "JIT:") {
+		t.Errorf("the claim was JIT-compiled:\n%s", plan.String())
+	}
+}
