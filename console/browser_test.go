@@ -367,6 +367,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.waitText("the checkpoint history", "#checkpoints", func(s string) bool { return strings.Index(s, "rendered") < strings.Index(s, "fetched") })
 	e.waitText("the effect ledger", "#effects", func(s string) bool { return strings.Contains(s, "send-invoice") && strings.Contains(s, "succeeded") })
 	e.shot("job")
+	e.findByFilter(ids[0])
 
 	e.replayDeadJob()
 	e.resetBreaker()
@@ -380,6 +381,36 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.wantPaused("emails", false)
 
 	e.asReader()
+}
+
+// findByFilter finds a job by a filter string typed in the jobs page's
+// filter box, then types a bad filter and sees the coordinator's reason.
+func (e *env) findByFilter(id string) {
+	e.t.Helper()
+	e.createJobs("billing", "invoice", 2, func(s *leaseholdv1.JobSpec) { s.Metadata = map[string]string{"customer": "globex"} })
+	e.open("jobs")
+	e.run("find a job by filter",
+		chromedp.SendKeys(chromedp.CSS(`input[name="filter"]`), `queue = billing AND metadata.customer = "acme"`),
+		chromedp.Submit(chromedp.CSS(`input[name="filter"]`)))
+	e.waitLocation("the list found by filter", "filter=")
+	e.run("the job found", chromedp.WaitVisible(chromedp.CSS(`a[href$="/jobs/`+id+`"]`)))
+	if n := e.count("table.jobs tbody tr"); n != 1 {
+		e.t.Fatalf("the filter customer = acme lists %d jobs, want 1", n)
+	}
+	if v := get(e, "the filter box", chromedp.Value(chromedp.CSS(`input[name="filter"]`))); v != `queue = billing AND metadata.customer = "acme"` {
+		e.t.Errorf("the filter box holds %q after the search", v)
+	}
+	e.shot("jobs-filtered")
+	e.run("a bad filter",
+		chromedp.SetValue(chromedp.CSS(`input[name="filter"]`), `state = SLEEPING`),
+		chromedp.Submit(chromedp.CSS(`input[name="filter"]`)))
+	e.waitText("the filter's error", "#filter-error", func(s string) bool {
+		return strings.Contains(s, "InvalidArgument") && strings.Contains(s, "SLEEPING")
+	})
+	if n := e.count("table.jobs tbody tr"); n != 0 {
+		e.t.Errorf("a refused filter still lists %d jobs", n)
+	}
+	e.shot("jobs-bad-filter")
 }
 
 // replayDeadJob kills a job (one attempt, a retryable failure) and

@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
 
@@ -83,22 +86,33 @@ func (c *console) overviewLive(req *request) error {
 // jobsData is the jobs page's filter and rows.
 type jobsData struct {
 	Queue, Kind, State string
-	States             []string
-	Jobs               []*leaseholdv1.Job
-	Next               string
+	// Filter is the filter string (docs/filters.md) passed to ListJobs as
+	// it is; FilterError is the coordinator's answer when it refused it.
+	Filter      string
+	FilterError string
+	States      []string
+	Jobs        []*leaseholdv1.Job
+	Next        string
 }
 
 func (c *console) jobs(req *request) error {
 	q := req.r.URL.Query()
-	d := jobsData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: q.Get("state"), States: jobStateNames()}
+	d := jobsData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: q.Get("state"), Filter: q.Get("filter"), States: jobStateNames()}
 	in := &leaseholdv1.ListJobsRequest{
 		Queue: d.Queue, Kind: d.Kind, PageSize: pageSize, PageToken: q.Get("page"),
-		View: leaseholdv1.JobView_JOB_VIEW_BASIC,
+		View: leaseholdv1.JobView_JOB_VIEW_BASIC, Filter: d.Filter,
 	}
 	if st, ok := jobStateFromName(d.State); ok {
 		in.States = []leaseholdv1.JobState{st}
 	}
 	out, err := c.api.jobs.ListJobs(req.ctx, in)
+	if status.Code(err) == codes.InvalidArgument {
+		// A filter (or field) the coordinator refused: the page stays, with
+		// the form as typed and the reason beside it, so it can be fixed.
+		d.FilterError = errorText(err)
+		c.render(req, http.StatusBadRequest, "jobs.html", "Jobs", "jobs", d)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

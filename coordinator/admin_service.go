@@ -180,6 +180,11 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 			return nil, err
 		}
 	}
+	for _, q := range p.Filter.Queues {
+		if err := checkQueue(ctx, "filter", q); err != nil {
+			return nil, err
+		}
+	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListDeadJobs(ctx, p)
 	if err != nil {

@@ -337,8 +337,12 @@ func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParam
 	if err != nil {
 		return p, err
 	}
+	filter, err := store.ParseJobFilter(r.GetFilter())
+	if err != nil {
+		return p, err
+	}
 	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken(),
-		View: view, MaxBytes: v.pageBytes}, nil
+		View: view, MaxBytes: v.pageBytes, Filter: filter}, nil
 }
 
 // CancelJob validates a CancelJobRequest.
@@ -787,8 +791,12 @@ func (v validator) ListDeadJobs(r *leaseholdv1.ListDeadJobsRequest) (store.ListD
 	if err != nil {
 		return store.ListDeadJobsParams{}, err
 	}
+	filter, err := store.ParseJobFilter(r.GetFilter())
+	if err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
 	return store.ListDeadJobsParams{Queue: r.GetQueue(), IncludeAbandoned: r.GetIncludeAbandoned(),
-		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes}, nil
+		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes, Filter: filter}, nil
 }
 
 // GetDeadJob validates a GetDeadJobRequest.

@@ -722,7 +722,13 @@ type ListDeadJobsRequest struct {
 	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
 	// result or checkpoint state); JOB_VIEW_FULL for whole jobs. The attempt
 	// history is in both.
-	View          JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	// A filter string, ANDed with queue and include_abandoned
+	// (docs/filters.md), e.g. `error_code = "TIMEOUT" AND finished >=
+	// "2026-12-01T00:00:00Z"`. Empty = no filter; a filter on states other
+	// than DEAD matches nothing here. Bounds and errors as in
+	// ListJobsRequest.filter.
+	Filter        string `protobuf:"bytes,6,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -790,6 +796,13 @@ func (x *ListDeadJobsRequest) GetView() JobView {
 		return x.View
 	}
 	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+func (x *ListDeadJobsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
 }
 
 // ListDeadJobsResponse is one page of dead jobs.
@@ -2387,14 +2400,15 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
 	"\x13ResumeQueueResponse\x121\n" +
-	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xbf\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xd7\x01\n" +
 	"\x13ListDeadJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
 	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\x12)\n" +
-	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"r\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\x12\x16\n" +
+	"\x06filter\x18\x06 \x01(\tR\x06filter\"r\n" +
 	"\x14ListDeadJobsResponse\x122\n" +
 	"\tdead_jobs\x18\x01 \x03(\v2\x15.leasehold.v1.DeadJobR\bdeadJobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
