@@ -325,6 +325,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Sign-in: the console asks for a key and seals it in a strict cookie.
 	e.run("open", chromedp.Navigate(e.base), chromedp.WaitVisible(chromedp.CSS("#api_key")))
 	e.shot("signin")
+	// A wrong key is refused (and recorded in the audit log).
+	e.run("a wrong key",
+		chromedp.SendKeys(chromedp.CSS("#api_key"), coordinator.APIKeyPrefix+strings.Repeat("x", 43)),
+		chromedp.Submit(chromedp.CSS("#api_key")),
+		chromedp.WaitVisible(chromedp.CSS("p.err")))
 	e.signIn(e.adminKey)
 	admin := e.cookie()
 
@@ -362,10 +367,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.waitText("the checkpoint history", "#checkpoints", func(s string) bool { return strings.Index(s, "rendered") < strings.Index(s, "fetched") })
 	e.waitText("the effect ledger", "#effects", func(s string) bool { return strings.Contains(s, "send-invoice") && strings.Contains(s, "succeeded") })
 	e.shot("job")
+	e.findByFilter(ids[0])
 
 	e.replayDeadJob()
 	e.resetBreaker()
 	e.otherPages()
+	e.editPolicy()
 
 	// A POST without a CSRF token is refused, and changes nothing.
 	if code, body := e.post("queues/pause", url.Values{"queue": {"emails"}}, admin); code != http.StatusForbidden || !strings.Contains(body, "CSRF") {
@@ -374,6 +381,36 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.wantPaused("emails", false)
 
 	e.asReader()
+}
+
+// findByFilter finds a job by a filter string typed in the jobs page's
+// filter box, then types a bad filter and sees the coordinator's reason.
+func (e *env) findByFilter(id string) {
+	e.t.Helper()
+	e.createJobs("billing", "invoice", 2, func(s *leaseholdv1.JobSpec) { s.Metadata = map[string]string{"customer": "globex"} })
+	e.open("jobs")
+	e.run("find a job by filter",
+		chromedp.SendKeys(chromedp.CSS(`input[name="filter"]`), `queue = billing AND metadata.customer = "acme"`),
+		chromedp.Submit(chromedp.CSS(`input[name="filter"]`)))
+	e.waitLocation("the list found by filter", "filter=")
+	e.run("the job found", chromedp.WaitVisible(chromedp.CSS(`a[href$="/jobs/`+id+`"]`)))
+	if n := e.count("table.jobs tbody tr"); n != 1 {
+		e.t.Fatalf("the filter customer = acme lists %d jobs, want 1", n)
+	}
+	if v := get(e, "the filter box", chromedp.Value(chromedp.CSS(`input[name="filter"]`))); v != `queue = billing AND metadata.customer = "acme"` {
+		e.t.Errorf("the filter box holds %q after the search", v)
+	}
+	e.shot("jobs-filtered")
+	e.run("a bad filter",
+		chromedp.SetValue(chromedp.CSS(`input[name="filter"]`), `state = SLEEPING`),
+		chromedp.Submit(chromedp.CSS(`input[name="filter"]`)))
+	e.waitText("the filter's error", "#filter-error", func(s string) bool {
+		return strings.Contains(s, "InvalidArgument") && strings.Contains(s, "SLEEPING")
+	})
+	if n := e.count("table.jobs tbody tr"); n != 0 {
+		e.t.Errorf("a refused filter still lists %d jobs", n)
+	}
+	e.shot("jobs-bad-filter")
 }
 
 // replayDeadJob kills a job (one attempt, a retryable failure) and
@@ -437,6 +474,27 @@ func (e *env) otherPages() {
 		e.open(p)
 		e.shot(p)
 	}
+	// The audit page shows the refused sign-in and the admin's.
+	e.waitText("sign-ins audited", "table.audit", func(s string) bool {
+		return strings.Contains(s, "console_sign_in_refused") && strings.Contains(s, "invalid_key") &&
+			strings.Contains(s, "console_sign_in") && strings.Contains(s, "console admin")
+	})
+	audit, err := e.api.admin.ListAuditEvents(e.api.ctx, &leaseholdv1.ListAuditEventsRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var signedIn, refused int
+	for _, ev := range audit.GetEvents() {
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN && ev.GetActorName() == "console admin" {
+			signedIn++
+		}
+		if ev.GetAction() == leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED && strings.Contains(ev.GetDataJson(), `"invalid_key"`) {
+			refused++
+		}
+	}
+	if signedIn != 1 || refused != 1 {
+		e.t.Fatalf("audit log: %d sign-ins of the admin and %d refused ones, want 1 and 1", signedIn, refused)
+	}
 	// The billing job's lease is held by the test's worker.
 	e.open("workers")
 	e.waitText("held leases", "table.held", func(s string) bool { return strings.Contains(s, "console-test-worker") })
@@ -463,6 +521,38 @@ func (e *env) otherPages() {
 	e.run("desktop width", chromedp.EmulateViewport(1280, 900))
 }
 
+// editPolicy sets a queue's concurrency and rate limits from the policy
+// form reached from the queues page; the retry attempts it leaves as they
+// were stay stored.
+func (e *env) editPolicy() {
+	e.t.Helper()
+	before, err := e.api.admin.GetQueue(e.api.ctx, &leaseholdv1.GetQueueRequest{Queue: "emails"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.open("queues")
+	e.run("edit the policy",
+		chromedp.Click(chromedp.CSS(`a[aria-label="Edit the policy of emails"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`input[name="concurrency_limit"]`)),
+		chromedp.SetValue(chromedp.CSS(`input[name="concurrency_limit"]`), "3"),
+		chromedp.SetValue(chromedp.CSS(`input[name="rate_limit_starts"]`), "10"),
+		chromedp.SetValue(chromedp.CSS(`input[name="rate_limit_interval"]`), "1s"),
+		chromedp.Click(chromedp.CSS(`form.policy button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".msg")))
+	e.waitText("saved", ".msg", func(s string) bool { return strings.Contains(s, "Saved the policy of emails") })
+	e.shot("policy")
+	got, err := e.api.admin.GetQueue(e.api.ctx, &leaseholdv1.GetQueueRequest{Queue: "emails"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p := got.GetQueue().GetPolicy()
+	if p.GetConcurrencyLimit() != 3 || p.GetRateLimit().GetStarts() != 10 || p.GetRateLimit().GetInterval().AsDuration() != time.Second ||
+		p.GetRetry().GetMaxAttempts() != before.GetQueue().GetPolicy().GetRetry().GetMaxAttempts() {
+		e.t.Fatalf("emails' policy after the form: %v; want concurrency 3, 10 starts per 1s, max attempts kept (%d)",
+			p, before.GetQueue().GetPolicy().GetRetry().GetMaxAttempts())
+	}
+}
+
 func (e *env) wantPaused(queue string, want bool) {
 	e.t.Helper()
 	q, err := e.api.admin.GetQueue(e.api.ctx, &leaseholdv1.GetQueueRequest{Queue: queue})
@@ -477,7 +567,7 @@ func (e *env) asReader() {
 	e.t.Helper()
 	e.run("sign out", chromedp.Click(chromedp.CSS(`form.who button`)), chromedp.WaitVisible(chromedp.CSS("#api_key")))
 	e.signIn(newKey(e.t, e.st, store.RoleReader))
-	for _, p := range []string{"", "queues", "dead?abandoned=1", "breakers", "schedules"} {
+	for _, p := range []string{"", "queues", "queues/policy?queue=emails", "dead?abandoned=1", "breakers", "schedules"} {
 		e.open(p)
 		if n := e.count(`main form[method="post"]`); n != 0 {
 			e.t.Fatalf("a reader sees %d action forms on /ui/%s", n, p)
@@ -494,6 +584,13 @@ func (e *env) asReader() {
 		e.t.Fatalf("a reader's forged pause = %d %q; want 403 PermissionDenied", code, body)
 	}
 	e.wantPaused("emails", false)
+	code, body = e.post("queues/policy", url.Values{"queue": {"emails"}, "concurrency_limit": {"1"}, "csrf": {token}}, e.cookie())
+	if code != http.StatusForbidden || !strings.Contains(body, "PermissionDenied") {
+		e.t.Fatalf("a reader's forged policy = %d %q; want 403 PermissionDenied", code, body)
+	}
+	if q, err := e.api.admin.GetQueue(e.api.ctx, &leaseholdv1.GetQueueRequest{Queue: "emails"}); err != nil || q.GetQueue().GetPolicy().GetConcurrencyLimit() != 3 {
+		e.t.Fatalf("emails after a reader's forged policy: %v, %v; want the concurrency limit 3 the admin set", q, err)
+	}
 
 	// Revoking the key ends its session at the next request.
 	keys, err := e.api.admin.ListApiKeys(e.api.ctx, &leaseholdv1.ListApiKeysRequest{})

@@ -147,6 +147,7 @@ var funcs = template.FuncMap{
 	"percent":   func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 	"since":     since,
 	"depth":     func(q *leaseholdv1.QueueStats) int64 { return q.GetQueued() + q.GetLeased() },
+	"chart":     throughputChart,
 	"labels":    labels,
 	"eq":        func(a, b string) bool { return a == b },
 	"dict2":     func(v view, id string) rowArgs { return rowArgs{V: v, ID: id} },

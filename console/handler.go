@@ -44,7 +44,7 @@ func (c *console) routes() http.Handler {
 	get := map[string]handlerFunc{
 		"/{$}": c.overview, "/live/overview": c.overviewLive,
 		"/jobs": c.jobs, "/jobs/{id}": c.job, "/dead": c.dead,
-		"/queues": c.queues, "/breakers": c.breakers, "/breakers/history": c.breakerHistory, "/workers": c.workersPage,
+		"/queues": c.queues, "/queues/policy": c.policyPage, "/breakers": c.breakers, "/breakers/history": c.breakerHistory, "/workers": c.workersPage,
 		"/schedules": c.schedulesPage, "/keys": c.keys, "/audit": c.audit,
 	}
 	for p, h := range get {
@@ -52,7 +52,7 @@ func (c *console) routes() http.Handler {
 	}
 	post := map[string]handlerFunc{
 		"/jobs/cancel": c.cancelJob, "/dead/replay": c.replayDead, "/dead/abandon": c.abandonDead,
-		"/queues/pause": c.pauseQueue, "/queues/resume": c.resumeQueue,
+		"/queues/pause": c.pauseQueue, "/queues/resume": c.resumeQueue, "/queues/policy": c.updatePolicy,
 		"/breakers/reset": c.resetBreaker, "/breakers/force-open": c.forceOpenBreaker,
 		"/schedules/pause": c.pauseSchedule, "/schedules/resume": c.resumeSchedule,
 		"/schedules/trigger": c.triggerSchedule,

@@ -6,6 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 )
@@ -13,22 +20,31 @@ import (
 // pageSize is how many rows a list page asks for.
 const pageSize = 50
 
+// countsMaxStaleness is how old the queue counts of the overview and the
+// queues page may be (ListQueuesRequest.max_staleness): the coordinator
+// answers from its last count and counts again in the background, so a
+// page never waits for a count of every job while a recent one exists.
+const countsMaxStaleness = 30 * time.Second
+
 // overviewData is the overview's live part.
 type overviewData struct {
-	Queues   []*leaseholdv1.QueueStats
-	Breakers []*leaseholdv1.Breaker
-	Workers  []*leaseholdv1.WorkerInfo
+	Queues []*leaseholdv1.QueueStats
+	// CountedAt is when the queue counts were taken.
+	CountedAt *timestamppb.Timestamp
+	Breakers  []*leaseholdv1.Breaker
+	Workers   []*leaseholdv1.WorkerInfo
 }
 
 func (c *console) overviewData(req *request) (overviewData, error) {
 	var d overviewData
 	if req.can.QueuesRead {
-		qs, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{})
+		qs, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{MaxStaleness: durationpb.New(countsMaxStaleness)})
 		if err != nil {
 			return d, err
 		}
 		for _, q := range qs.GetQueues() {
 			d.Queues = append(d.Queues, q.GetStats())
+			d.CountedAt = q.GetStats().GetCountedAt()
 		}
 	}
 	if req.can.BreakersRead {
@@ -70,22 +86,33 @@ func (c *console) overviewLive(req *request) error {
 // jobsData is the jobs page's filter and rows.
 type jobsData struct {
 	Queue, Kind, State string
-	States             []string
-	Jobs               []*leaseholdv1.Job
-	Next               string
+	// Filter is the filter string (docs/filters.md) passed to ListJobs as
+	// it is; FilterError is the coordinator's answer when it refused it.
+	Filter      string
+	FilterError string
+	States      []string
+	Jobs        []*leaseholdv1.Job
+	Next        string
 }
 
 func (c *console) jobs(req *request) error {
 	q := req.r.URL.Query()
-	d := jobsData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: q.Get("state"), States: jobStateNames()}
+	d := jobsData{Queue: q.Get("queue"), Kind: q.Get("kind"), State: q.Get("state"), Filter: q.Get("filter"), States: jobStateNames()}
 	in := &leaseholdv1.ListJobsRequest{
 		Queue: d.Queue, Kind: d.Kind, PageSize: pageSize, PageToken: q.Get("page"),
-		View: leaseholdv1.JobView_JOB_VIEW_BASIC,
+		View: leaseholdv1.JobView_JOB_VIEW_BASIC, Filter: d.Filter,
 	}
 	if st, ok := jobStateFromName(d.State); ok {
 		in.States = []leaseholdv1.JobState{st}
 	}
 	out, err := c.api.jobs.ListJobs(req.ctx, in)
+	if status.Code(err) == codes.InvalidArgument {
+		// A filter (or field) the coordinator refused: the page stays, with
+		// the form as typed and the reason beside it, so it can be fixed.
+		d.FilterError = errorText(err)
+		c.render(req, http.StatusBadRequest, "jobs.html", "Jobs", "jobs", d)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -171,7 +198,7 @@ func (c *console) dead(req *request) error {
 }
 
 func (c *console) queues(req *request) error {
-	out, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{})
+	out, err := c.api.admin.ListQueues(req.ctx, &leaseholdv1.ListQueuesRequest{MaxStaleness: durationpb.New(countsMaxStaleness)})
 	if err != nil {
 		return err
 	}

@@ -23,32 +23,51 @@ const (
 	apiKeyMaxLen = 256
 )
 
-// signInLimiter rate-limits sign-in attempts per client address.
+// signInLimiter rate-limits sign-in attempts per client address, and
+// says when a refused attempt is to be recorded (at most one per address
+// per refusedAuditEvery, with the count refused since).
 type signInLimiter struct {
 	mu      sync.Mutex
-	clients map[string]*rate.Limiter
+	clients map[string]*signInClient
+}
+
+// signInClient is one address's limiter and refusals not yet recorded.
+type signInClient struct {
+	lim       *rate.Limiter
+	refused   int64
+	auditedAt time.Time
 }
 
 func newSignInLimiter() *signInLimiter {
-	return &signInLimiter{clients: map[string]*rate.Limiter{}}
+	return &signInLimiter{clients: map[string]*signInClient{}}
 }
 
-func (l *signInLimiter) allow(r *http.Request) bool {
+// allow reports whether the attempt may go on; when it may not, audit
+// says whether to record it now, with refused attempts since the last.
+func (l *signInLimiter) allow(r *http.Request) (ok, audit bool, refused int64) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lim, ok := l.clients[host]
-	if !ok {
+	cl, found := l.clients[host]
+	if !found {
 		if len(l.clients) >= signInClients {
 			clear(l.clients)
 		}
-		lim = rate.NewLimiter(rate.Every(signInEvery), signInBurst)
-		l.clients[host] = lim
+		cl = &signInClient{lim: rate.NewLimiter(rate.Every(signInEvery), signInBurst)}
+		l.clients[host] = cl
 	}
-	return lim.Allow()
+	if cl.lim.Allow() {
+		return true, false, 0
+	}
+	cl.refused++
+	if now := time.Now(); now.Sub(cl.auditedAt) >= refusedAuditEvery {
+		refused, cl.refused, cl.auditedAt = cl.refused, 0, now
+		return false, true, refused
+	}
+	return false, false, 0
 }
 
 // keyAllowedHere reports whether the console may ask this request for an
@@ -112,13 +131,17 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	remote := slog.String("remote", r.RemoteAddr)
-	if !c.limiter.allow(r) {
+	if ok, audit, refused := c.limiter.allow(r); !ok {
 		c.log.WarnContext(r.Context(), "console sign-in refused: too many attempts", remote)
+		if audit {
+			c.auditSignIn(r, "", "rate_limited", refused)
+		}
 		c.showSignIn(w, r, http.StatusTooManyRequests, signInView{Error: "Too many sign-in attempts; wait a minute."})
 		return
 	}
 	key := strings.TrimSpace(r.PostFormValue("api_key"))
 	if key == "" || len(key) > apiKeyMaxLen {
+		c.auditSignIn(r, "", "missing_key", 0)
 		c.showSignIn(w, r, http.StatusBadRequest, signInView{Error: "Enter an API key."})
 		return
 	}
@@ -127,6 +150,7 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 	who, err := c.api.whoami(ctx)
 	if err != nil {
 		c.log.WarnContext(r.Context(), "console sign-in failed", remote, slog.String("error", err.Error()))
+		c.auditSignIn(r, "", refusalReason(err), 0)
 		c.showSignIn(w, r, httpStatus(err), signInView{Error: "Sign-in failed: " + errorText(err)})
 		return
 	}
@@ -134,6 +158,7 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.plainError(w, http.StatusInternalServerError, "cannot start a session")
 		return
 	}
+	c.auditSignIn(r, key, "", 0)
 	c.log.InfoContext(r.Context(), "console sign-in", remote, slog.String("identity", who.GetIdentity()),
 		slog.String("tenant", who.GetTenant()), slog.String("role", roleName(who.GetRole())))
 	c.redirect(w, r, "")

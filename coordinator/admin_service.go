@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -17,9 +20,20 @@ type adminService struct {
 	c *Coordinator
 }
 
-func (a *adminService) ListQueues(ctx context.Context, _ *leaseholdv1.ListQueuesRequest) (*leaseholdv1.ListQueuesResponse, error) {
+func (a *adminService) ListQueues(ctx context.Context, req *leaseholdv1.ListQueuesRequest) (*leaseholdv1.ListQueuesResponse, error) {
 	c := a.c
-	qs, err := c.store.ListQueues(ctx, tenantFrom(ctx))
+	maxStale, err := c.v.ListQueues(req)
+	if err != nil {
+		return nil, toStatus(ctx, c.log, err)
+	}
+	tenant := tenantFrom(ctx)
+	var qs []store.QueueSummary
+	countedAt := c.wallNow()
+	if maxStale == 0 {
+		qs, err = c.store.ListQueues(ctx, tenant)
+	} else {
+		qs, countedAt, err = c.staleQueues(ctx, tenant, maxStale)
+	}
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
@@ -28,9 +42,41 @@ func (a *adminService) ListQueues(ctx context.Context, _ *leaseholdv1.ListQueues
 		if !inScope(ctx, qs[i].Policy.Queue) {
 			continue
 		}
-		out = append(out, &leaseholdv1.QueueSummary{Policy: toQueuePolicy(&qs[i].Policy), Stats: toQueueStats(&qs[i].Stats)})
+		st := toQueueStats(&qs[i].Stats)
+		st.CountedAt = timestamppb.New(countedAt)
+		st.Throughput = c.throughput.series(store.QueueRef{Tenant: tenant, Queue: qs[i].Policy.Queue})
+		out = append(out, &leaseholdv1.QueueSummary{Policy: toQueuePolicy(&qs[i].Policy), Stats: st})
 	}
 	return &leaseholdv1.ListQueuesResponse{Queues: out}, nil
+}
+
+// staleQueues is ListQueues with counts at most maxStale old (queueCounts)
+// and the policies read now: every queue with a count or a policy, by name.
+func (c *Coordinator) staleQueues(ctx context.Context, tenant string, maxStale time.Duration) ([]store.QueueSummary, time.Time, error) {
+	stats, at, err := c.queueCounts.get(ctx, c, tenant, maxStale)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	policies, err := c.store.ListQueuePolicies(ctx, tenant)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	byName := make(map[string]store.QueueSummary, len(stats)+len(policies))
+	for name, st := range stats {
+		st.Paused = false
+		byName[name] = store.QueueSummary{Policy: store.DefaultQueuePolicy(name), Stats: st}
+	}
+	for _, p := range policies {
+		q := byName[p.Queue]
+		q.Policy, q.Stats.Queue, q.Stats.Paused = p, p.Queue, p.Paused
+		byName[p.Queue] = q
+	}
+	out := make([]store.QueueSummary, 0, len(byName))
+	for _, q := range byName {
+		out = append(out, q)
+	}
+	slices.SortFunc(out, func(a, b store.QueueSummary) int { return strings.Compare(a.Policy.Queue, b.Policy.Queue) })
+	return out, at, nil
 }
 
 func (a *adminService) GetQueue(ctx context.Context, req *leaseholdv1.GetQueueRequest) (*leaseholdv1.GetQueueResponse, error) {
@@ -51,7 +97,10 @@ func (a *adminService) GetQueue(ctx context.Context, req *leaseholdv1.GetQueueRe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	return &leaseholdv1.GetQueueResponse{Queue: &leaseholdv1.QueueSummary{Policy: toQueuePolicy(pol), Stats: toQueueStats(st)}}, nil
+	stats := toQueueStats(st)
+	stats.CountedAt = timestamppb.New(c.wallNow())
+	stats.Throughput = c.throughput.series(store.QueueRef{Tenant: tenant, Queue: q})
+	return &leaseholdv1.GetQueueResponse{Queue: &leaseholdv1.QueueSummary{Policy: toQueuePolicy(pol), Stats: stats}}, nil
 }
 
 func (a *adminService) UpdateQueuePolicy(ctx context.Context, req *leaseholdv1.UpdateQueuePolicyRequest) (*leaseholdv1.UpdateQueuePolicyResponse, error) {
@@ -128,6 +177,11 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 	}
 	if p.Queue != "" {
 		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
+	for _, q := range p.Filter.Queues {
+		if err := checkQueue(ctx, "filter", q); err != nil {
 			return nil, err
 		}
 	}

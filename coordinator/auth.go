@@ -70,6 +70,9 @@ type authenticator struct {
 	dir *principalDirectory
 	// failures summarises refused authentications (auth_failures.go).
 	failures *authFailures
+	// consoleKey checks console proofs (console_proof.go): the console's
+	// session key.
+	consoleKey []byte
 	// touchMu guards touched: when this coordinator last recorded each
 	// principal's use, so that LastUsedAt costs a write per principal per
 	// PrincipalTouchInterval, not per call.
@@ -174,6 +177,14 @@ func (a *authenticator) authorize(ctx context.Context) (cl *caller, p *store.Pri
 		// Fail closed: a method nobody gave a permission is nobody's.
 		return nil, nil, statusError(codes.PermissionDenied, ReasonPermissionDenied,
 			fmt.Sprintf("%s has no permission defined", method))
+	}
+	if perm == permConsole {
+		cl, p, err = a.authorizeConsole(ctx)
+		if status.Code(err) == codes.Unauthenticated {
+			a.failures.record(ctx, failureReason(err))
+			noteRefusal(ctx, refusalUnauthenticated, 0)
+		}
+		return cl, p, err
 	}
 	switch a.mode {
 	case AuthAPIKey:

@@ -421,6 +421,12 @@ type Config struct {
 	// collection reads the store again. Default QueueMetricsIntervalDefault
 	// (1s).
 	QueueMetricsInterval time.Duration
+	// ThroughputInterval is the width of one throughput sample: every
+	// interval the coordinator counts the jobs of every queue that
+	// finished in it and keeps the last ThroughputSamples
+	// (QueueStats.throughput). Default ThroughputIntervalDefault (10s);
+	// negative disables.
+	ThroughputInterval time.Duration
 	// WorkerSeenWindow is how long a unary-only worker stays in ListWorkers
 	// after its last call. Default WorkerSeenWindowDefault (2m).
 	WorkerSeenWindow time.Duration
@@ -507,6 +513,7 @@ func (c Config) WithDefaults() Config {
 	c.ReadinessProbeInterval = cmp.Or(c.ReadinessProbeInterval, ReadinessProbeIntervalDefault)
 	c.OutageLogInterval = cmp.Or(c.OutageLogInterval, OutageLogIntervalDefault)
 	c.QueueMetricsInterval = cmp.Or(c.QueueMetricsInterval, QueueMetricsIntervalDefault)
+	c.ThroughputInterval = cmp.Or(c.ThroughputInterval, ThroughputIntervalDefault)
 	c.WorkerSeenWindow = cmp.Or(c.WorkerSeenWindow, WorkerSeenWindowDefault)
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()

@@ -69,6 +69,11 @@ type Coordinator struct {
 	seen          *seenWorkers
 	// queueGauges caches the store reading behind the queue gauges.
 	queueGauges queueGauges
+	// queueCounts keeps the counts of ListQueues calls that accept stale
+	// ones (queue_counts.go); throughput samples the jobs finished per
+	// interval (throughput.go).
+	queueCounts queueCounts
+	throughput  *throughputSampler
 	// readinessDone is closed when the store prober has returned; nil
 	// until Serve starts it.
 	readinessDone chan struct{}
@@ -146,12 +151,14 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 		dir: newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
+	c.auth.consoleKey = c.ConsoleSessionKey()
 	c.auth.failures.audit = func(ctx context.Context, data map[string]any) {
 		c.auditCoordinator(ctx, store.AuditAuthenticationFailures, "authentication", data)
 	}
 	c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)
 	c.queueGauges.interval = cfg.QueueMetricsInterval
+	c.throughput = &throughputSampler{interval: cfg.ThroughputInterval, store: cfg.Store, log: cfg.Logger, now: c.wallNow}
 	if err := c.setUpMetrics(); err != nil {
 		bgCancel(nil)
 		return nil, err
@@ -220,6 +227,7 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.reporter.Start(c.bgCtx)
 		c.overloadRep.Start(c.bgCtx)
 		c.auth.failures.Start(c.bgCtx)
+		c.throughput.Start(c.bgCtx)
 		c.watchesDone = make(chan struct{})
 		go func() {
 			defer close(c.watchesDone)
@@ -332,6 +340,8 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.reporter.Stop()
 	c.overloadRep.Stop()
 	c.auth.failures.Stop()
+	c.throughput.Stop()
+	c.queueCounts.wg.Wait()
 	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
 	if c.readinessDone != nil {
 		<-c.readinessDone

@@ -169,6 +169,11 @@ func (s *jobService) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsRequ
 			return nil, err
 		}
 	}
+	for _, q := range p.Filter.Queues {
+		if err := checkQueue(ctx, "filter", q); err != nil {
+			return nil, err
+		}
+	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListJobs(ctx, p)
 	if err != nil {

@@ -92,6 +92,8 @@ var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
 	store.AuditOperationFinished:      leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_FINISHED,
 	store.AuditOperationCancelled:     leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_CANCELLED,
 	store.AuditOperationFailed:        leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_FAILED,
+	store.AuditConsoleSignIn:          leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN,
+	store.AuditConsoleSignInRefused:   leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED,
 }
 
 func toAuditEvent(e store.AuditEvent) *leaseholdv1.AuditEvent {

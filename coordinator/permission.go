@@ -46,6 +46,10 @@ const (
 	// readers follow them.
 	permOperationsRead  permission = "operations.read"
 	permOperationsWrite permission = "operations.write"
+	// permConsole: a web console, proven by the console proof metadata
+	// (console_proof.go), not by a role; with a key as well, the key's
+	// principal is the caller.
+	permConsole permission = "console"
 )
 
 // methodPermissions is THE table: every RPC of every service the
@@ -97,6 +101,7 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.AdminService_UpdateBreakerPolicy_FullMethodName:  permBreakerWrite,
 	leaseholdv1.AdminService_ListWorkers_FullMethodName:          permWorkersRead,
 	leaseholdv1.AdminService_ReleaseWorkerBinding_FullMethodName: permWorkersWrite,
+	leaseholdv1.AdminService_RecordConsoleSignIn_FullMethodName:  permConsole,
 	leaseholdv1.AdminService_CreateApiKey_FullMethodName:         permKeysManage,
 	leaseholdv1.AdminService_ListApiKeys_FullMethodName:          permKeysManage,
 	leaseholdv1.AdminService_RevokeApiKey_FullMethodName:         permKeysManage,

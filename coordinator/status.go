@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -89,6 +90,10 @@ const (
 	// the coordinator allows at once (RESOURCE_EXHAUSTED): wait for one
 	// to finish.
 	ReasonOperationLimit = "OPERATION_LIMIT"
+	// ReasonInvalidFilter: a filter string (ListJobs, ListDeadJobs, the
+	// bulk calls) does not parse or breaks a bound (INVALID_ARGUMENT, with
+	// a BadRequest field violation on "filter").
+	ReasonInvalidFilter = "INVALID_FILTER"
 )
 
 // statusError builds a status with an ErrorInfo reason.
@@ -115,6 +120,17 @@ func invalidArgument(field, description string) error {
 		}}})
 }
 
+// invalidFilter is INVALID_ARGUMENT with reason INVALID_FILTER and a
+// field violation on the request's filter field; the description names the
+// filter's field at fault, as store.FilterError says it.
+func invalidFilter(e *store.FilterError) error {
+	msg := e.Error()
+	return statusError(codes.InvalidArgument, ReasonInvalidFilter, msg,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: "filter", Description: strings.TrimPrefix(msg, "filter: "),
+		}}})
+}
+
 // toStatus maps an error from validation or the store to a gRPC status. It
 // is the only place that does: an errors.Is/As switch, so wrapped errors map
 // like bare ones. Unknown errors become INTERNAL with a fixed message; the
@@ -127,9 +143,12 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return err // already a status built by this package
 	}
 	var inv *store.InvalidError
+	var bad *store.FilterError
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
+	case errors.As(err, &bad):
+		return invalidFilter(bad)
 	case errors.As(err, &inv):
 		return invalidArgument(inv.Field, inv.Reason)
 	case errors.Is(err, store.ErrInvalid):

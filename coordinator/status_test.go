@@ -31,6 +31,7 @@ func TestToStatusMapsEverySentinelWithItsReason(t *testing.T) {
 		{store.ErrAlreadyReplayed, codes.FailedPrecondition, ReasonJobAlreadyReplayed},
 		{fmt.Errorf("claim: %w", store.ErrUnavailable), codes.Unavailable, ReasonStoreUnavailable},
 		{store.Invalid("job.queue", "bad"), codes.InvalidArgument, ReasonInvalidArgument},
+		{&store.FilterError{Field: "state", Description: "bad"}, codes.InvalidArgument, ReasonInvalidFilter},
 	} {
 		st := status.Convert(toStatus(context.Background(), slog.New(slog.DiscardHandler), tc.err))
 		var reason string
@@ -82,4 +83,31 @@ func TestInvalidErrorBecomesABadRequestFieldViolation(t *testing.T) {
 		}
 	}
 	t.Fatalf("no matching field violation in %v", st.Details())
+}
+
+func TestFilterErrorBecomesAFieldViolationOnFilter(t *testing.T) {
+	_, perr := store.ParseJobFilter(`state = SLEEPING`)
+	st := status.Convert(toStatus(context.Background(), slog.New(slog.DiscardHandler), fmt.Errorf("list: %w", perr)))
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("a bad filter answered %v", st.Code())
+	}
+	var fv []*errdetails.BadRequest_FieldViolation
+	var reason string
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			fv = append(fv, d.GetFieldViolations()...)
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		}
+	}
+	if reason != ReasonInvalidFilter {
+		t.Errorf("reason %q, want %s", reason, ReasonInvalidFilter)
+	}
+	if len(fv) != 1 || fv[0].GetField() != "filter" || !strings.HasPrefix(fv[0].GetDescription(), "state: ") || !strings.Contains(fv[0].GetDescription(), "SLEEPING") {
+		t.Errorf("field violations %v, want one on filter naming state and the value", fv)
+	}
+	if !strings.Contains(st.Message(), "SLEEPING") {
+		t.Errorf("message %q does not say what is wrong", st.Message())
+	}
 }

@@ -337,8 +337,12 @@ func (v validator) ListJobs(r *leaseholdv1.ListJobsRequest) (store.ListJobsParam
 	if err != nil {
 		return p, err
 	}
+	filter, err := store.ParseJobFilter(r.GetFilter())
+	if err != nil {
+		return p, err
+	}
 	return store.ListJobsParams{Queue: r.GetQueue(), Kind: r.GetKind(), States: states, Limit: size, Cursor: r.GetPageToken(),
-		View: view, MaxBytes: v.pageBytes}, nil
+		View: view, MaxBytes: v.pageBytes, Filter: filter}, nil
 }
 
 // CancelJob validates a CancelJobRequest.
@@ -675,6 +679,19 @@ func (v validator) GetQueue(r *leaseholdv1.GetQueueRequest) (string, error) {
 	return v.queue(r.GetQueue())
 }
 
+// ListQueues validates a ListQueuesRequest: its max_staleness, zero when
+// unset.
+func (v validator) ListQueues(r *leaseholdv1.ListQueuesRequest) (time.Duration, error) {
+	d, err := duration("max_staleness", r.GetMaxStaleness())
+	if err != nil {
+		return 0, err
+	}
+	if d > QueueCountsMaxStaleness {
+		return 0, store.Invalid("max_staleness", fmt.Sprintf("must be at most %s", QueueCountsMaxStaleness))
+	}
+	return d, nil
+}
+
 // PauseQueue validates a PauseQueueRequest.
 func (v validator) PauseQueue(r *leaseholdv1.PauseQueueRequest) (string, error) {
 	return v.queue(r.GetQueue())
@@ -774,8 +791,12 @@ func (v validator) ListDeadJobs(r *leaseholdv1.ListDeadJobsRequest) (store.ListD
 	if err != nil {
 		return store.ListDeadJobsParams{}, err
 	}
+	filter, err := store.ParseJobFilter(r.GetFilter())
+	if err != nil {
+		return store.ListDeadJobsParams{}, err
+	}
 	return store.ListDeadJobsParams{Queue: r.GetQueue(), IncludeAbandoned: r.GetIncludeAbandoned(),
-		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes}, nil
+		Limit: size, Cursor: r.GetPageToken(), View: view, MaxBytes: v.pageBytes, Filter: filter}, nil
 }
 
 // GetDeadJob validates a GetDeadJobRequest.

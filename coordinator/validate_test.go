@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +17,15 @@ import (
 var testValidator = validator{payloadMax: 1024, defaultLease: 30 * time.Second}
 
 // checkInvalid asserts the validator contract: an error is always a
-// *store.InvalidError naming a field, so toStatus turns it into a
-// BadRequest field violation.
+// *store.InvalidError naming a field, or a *store.FilterError saying why,
+// so toStatus turns it into a BadRequest field violation.
 func checkInvalid(t *testing.T, err error) {
 	t.Helper()
 	if err == nil {
+		return
+	}
+	var fe *store.FilterError
+	if errors.As(err, &fe) && fe.Description != "" {
 		return
 	}
 	var inv *store.InvalidError
@@ -310,6 +315,8 @@ func FuzzValidateListJobs(f *testing.F) {
 		{Queue: "q", PageSize: 501, View: leaseholdv1.JobView_JOB_VIEW_FULL},
 		{View: leaseholdv1.JobView(7)},
 		{States: []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_DEAD}, PageSize: -1},
+		{Filter: `queue = "emails" AND state:(QUEUED, LEASED) AND metadata.customer = "42"`},
+		{Filter: `state = SLEEPING`},
 	} {
 		b, _ := proto.Marshal(r)
 		f.Add(b)
@@ -338,3 +345,36 @@ func FuzzValidateListJobs(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateListFilters(t *testing.T) {
+	v := testValidator
+	good := `queue:("a", "b") AND state = DEAD AND metadata.customer = "42" AND created >= "2026-12-01T00:00:00Z"`
+	p, err := v.ListJobs(&leaseholdv1.ListJobsRequest{Queue: "a", Filter: good})
+	if err != nil {
+		t.Fatalf("ListJobs with filter %q: %v", good, err)
+	}
+	if !slices.Equal(p.Filter.Queues, []string{"a", "b"}) || p.Queue != "a" || p.Filter.Metadata["customer"] != "42" ||
+		!slices.Equal(p.Filter.States, []store.JobState{store.JobStateDead}) || p.Filter.CreatedAfter.IsZero() {
+		t.Errorf("ListJobs filter parsed as %+v", p.Filter)
+	}
+	d, err := v.ListDeadJobs(&leaseholdv1.ListDeadJobsRequest{Filter: `error_code = TIMEOUT`})
+	if err != nil || !slices.Equal(d.Filter.ErrorCodes, []string{"TIMEOUT"}) {
+		t.Errorf("ListDeadJobs filter: %+v, %v", d.Filter, err)
+	}
+	if p, err := v.ListJobs(&leaseholdv1.ListJobsRequest{}); err != nil || !p.Filter.IsZero() {
+		t.Errorf("no filter: %+v, %v", p.Filter, err)
+	}
+	for _, bad := range []string{`state = SLEEPING`, `queue = a OR queue = b`, `colour = red`, `created >= soon`, strings.Repeat("x", store.FilterMaxLen+1)} {
+		for name, err := range map[string]error{
+			"ListJobs":     second(v.ListJobs(&leaseholdv1.ListJobsRequest{Filter: bad})),
+			"ListDeadJobs": second(v.ListDeadJobs(&leaseholdv1.ListDeadJobsRequest{Filter: bad})),
+		} {
+			var fe *store.FilterError
+			if !errors.As(err, &fe) || !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%s with filter %.40q: %v, want a *store.FilterError", name, bad, err)
+			}
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

@@ -30,14 +30,21 @@
 //	                  leased_at),
 //	                  cancel_requested, available_at, finished_at,
 //	                  retry_deadline, last error, result, dead-letter
-//	                  links (replay_of, replayed_as, abandoned) and
-//	                  last_event_seq, the newest event's sequence
-//	job_events        (tenant, job_id, seq): the job's history, gapless
-//	                  from 1
-//	job_attempts      (tenant, job_id, generation): one row per ended
-//	                  attempt with worker, claimed/finished times,
-//	                  outcome and error; the running attempt is read
-//	                  from the job row
+//	                  links (replay_of, replayed_as, abandoned),
+//	                  last_event_seq, the newest event's sequence, and
+//	                  the job's history (history.go): the running
+//	                  attempt's claim (leased_until, leased_seq), the
+//	                  ended attempts as records in attempt_log, the
+//	                  create's queued_available_at and
+//	                  events_stored_through
+//	job_events        (tenant, job_id, seq): the events a row does not
+//	                  hold (checkpoints, cancel requests, replays,
+//	                  abandons, client cancels), and every event of a
+//	                  job written before migration 013; the rest are
+//	                  derived from the row (DeriveEvents), gapless from 1
+//	job_attempts      (tenant, job_id, generation): attempts ended before
+//	                  migration 013, and the records that moved out of
+//	                  a row past AttemptLogCap
 //	job_checkpoints   progress saved under a lease, with parent_id lineage;
 //	                  the newest CheckpointHistoryLimit per job are kept
 //	job_effects       (tenant, job_id, effect_key): the effect ledger

@@ -177,6 +177,10 @@ const (
 	AuditOperationFinished      AuditAction = "operation_finished"
 	AuditOperationCancelled     AuditAction = "operation_cancelled"
 	AuditOperationFailed        AuditAction = "operation_failed"
+	// AuditConsoleSignIn and AuditConsoleSignInRefused are web console
+	// sign-in attempts (AdminService.RecordConsoleSignIn).
+	AuditConsoleSignIn        AuditAction = "console_sign_in"
+	AuditConsoleSignInRefused AuditAction = "console_sign_in_refused"
 )
 
 // AuditEvent is one recorded operator action.

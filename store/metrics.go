@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -97,4 +98,25 @@ func (f *QueueMetricsFold) Snapshot() *QueueMetricsSnapshot {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue))
 	})
 	return out
+}
+
+// CountFinishedParams is the window [From, To) of Store.CountFinished.
+type CountFinishedParams struct {
+	From, To time.Time
+}
+
+// Validate refuses an empty or inverted window.
+func (p CountFinishedParams) Validate() error {
+	if p.From.IsZero() || p.To.IsZero() || !p.From.Before(p.To) {
+		return fmt.Errorf("%w: count finished: window [%v, %v) is empty", ErrInvalid, p.From, p.To)
+	}
+	return nil
+}
+
+// FinishedCount is how many jobs of a queue finished in a state within a
+// window (Store.CountFinished).
+type FinishedCount struct {
+	Tenant, Queue string
+	State         JobState
+	N             int64
 }

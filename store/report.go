@@ -173,6 +173,13 @@ type Leave struct {
 	// Now is the instant of the change (finished_at, event times).
 	Now        time.Time
 	Transition Transition
+	// Record is the ended attempt's record (EncodeAttemptRecord), which
+	// the engine appends to the row's attempt log: it is where the
+	// transition's events are kept.
+	Record string
+	// Spill says the log is full (AttemptLogCap records): its oldest
+	// record moves to job_attempts, in the same transaction, to make room.
+	Spill bool
 }
 
 // Renewal extends one lease.
@@ -407,6 +414,8 @@ func leaveOf(h Held, tok LeaseToken, t Transition, expired bool) Leave {
 		Tenant: h.Job.Tenant, Token: tok, Queue: h.Job.Queue,
 		Attempt: h.Job.Attempts, ClaimedAt: h.Job.LeasedAt, Expired: expired,
 		FirstSeq: h.EventSeq + 1, Now: h.Now, Transition: t,
+		Record: EncodeAttemptRecord(AttemptRecordOf(h, tok, t)),
+		Spill:  h.AttemptLogLen >= AttemptLogCap,
 	}
 }
 

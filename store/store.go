@@ -152,6 +152,15 @@ type Store interface {
 	// expired, dead) of every queue of every tenant in one statement, for
 	// metrics; queues with none of those jobs are left out.
 	QueueMetrics(ctx context.Context, p QueueMetricsParams) (*QueueMetricsSnapshot, error)
+	// ListQueuePolicies returns a tenant's stored policies (no counts), by
+	// queue: what ListQueues reads besides its counts, for callers that
+	// keep counts of their own.
+	ListQueuePolicies(ctx context.Context, tenant string) ([]QueuePolicy, error)
+	// CountFinished counts, across tenants, the jobs that finished in
+	// [From, To) by tenant, queue and terminal state, through the
+	// finished-at index: its cost follows the jobs finished in the window,
+	// not the table. Jobs pruned or replayed since are not counted.
+	CountFinished(ctx context.Context, p CountFinishedParams) ([]FinishedCount, error)
 
 	// Prune deletes, across all tenants, terminal jobs finished before
 	// FinishedBefore (with their events, attempts, checkpoints, effects and

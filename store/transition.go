@@ -19,6 +19,13 @@ type Held struct {
 	// retried after (its attempt record's; 0 for none), for decorrelated
 	// backoff.
 	PrevRetryDelay time.Duration
+	// LeasedUntil and LeasedSeq are the lease's claim: the expiry it gave
+	// and its LEASED event's sequence (zero for a lease taken before
+	// migration 013), kept in the attempt's record.
+	LeasedUntil time.Time
+	LeasedSeq   int64
+	// AttemptLogLen is how many records the row's attempt log holds.
+	AttemptLogLen int
 }
 
 // Transition is one decided move of a leased job out of its lease: the new
@@ -45,7 +52,13 @@ type Transition struct {
 	// RetryDelay is the backoff of a failed attempt retried (QUEUED),
 	// kept in its attempt record; 0 otherwise.
 	RetryDelay time.Duration
-	// Events are appended in order after the job's newest event.
+	// CancelReason and CancelBy are kept in the attempt's record when the
+	// transition cancels the job (see AttemptRecord).
+	CancelReason string
+	CancelBy     string
+	// Events are appended in order after the job's newest event. Engines
+	// do not store them: the attempt's record holds them (AttemptEndEvents
+	// makes the same ones from it).
 	Events []NewEvent
 }
 
@@ -135,7 +148,7 @@ func DecideFailure(policy RetryPolicy, h Held, tok LeaseToken, e JobError, retry
 	t := Transition{State: d.State, LastError: &e, Outcome: AttemptFailed, AttemptError: &e}
 	switch {
 	case d.State == JobStateQueued && j.CancelRequested:
-		t.State = JobStateCancelled
+		t.State, t.CancelReason = JobStateCancelled, h.CancelReason
 		t.Events = []NewEvent{
 			{Type: EventRunFailed, Data: eventJSON(runFailed...)},
 			{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", h.CancelReason, "by", "retry")...)},
@@ -155,9 +168,11 @@ func DecideFailure(policy RetryPolicy, h Held, tok LeaseToken, e JobError, retry
 // usually to acknowledge a cancel request: CANCELLED.
 func DecideCancelByHolder(tok LeaseToken, reason string) Transition {
 	return Transition{
-		State:   JobStateCancelled,
-		Outcome: AttemptCancelled,
-		Events:  []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", reason, "by", "holder")...)}},
+		State:        JobStateCancelled,
+		Outcome:      AttemptCancelled,
+		CancelReason: reason,
+		CancelBy:     "holder",
+		Events:       []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "reason", reason, "by", "holder")...)}},
 	}
 }
 
@@ -167,9 +182,10 @@ func DecideCancelByHolder(tok LeaseToken, reason string) Transition {
 func DecideRelease(h Held, tok LeaseToken) Transition {
 	if h.Job.CancelRequested {
 		return Transition{
-			State:   JobStateCancelled,
-			Outcome: AttemptCancelled,
-			Events:  []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "by", "release")...)}},
+			State:    JobStateCancelled,
+			Outcome:  AttemptCancelled,
+			CancelBy: "release",
+			Events:   []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok, "by", "release")...)}},
 		}
 	}
 	return Transition{
@@ -210,8 +226,9 @@ func DecideExpiry(h Held) Transition {
 	switch {
 	case j.CancelRequested:
 		return Transition{
-			State:   JobStateCancelled,
-			Outcome: AttemptLeaseExpired,
+			State:        JobStateCancelled,
+			Outcome:      AttemptLeaseExpired,
+			CancelReason: h.CancelReason,
 			Events: []NewEvent{{Type: EventCancelled, Data: eventJSON(holder(tok,
 				"reason", h.CancelReason, "lease_expired", true)...)}},
 		}

@@ -25,10 +25,15 @@ func (c *cli) dlqListCommand() *cobra.Command {
 		pages pageFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--include-abandoned] [--limit N] [--page-token T]",
+		Use:   "list [--queue Q] [--include-abandoned] [--filter F] [--limit N] [--page-token T]",
 		Short: "List the dead-letter queue, newest first",
-		Long:  "List the dead-letter queue (jobs whose retry budget is spent), newest first.",
-		Args:  positional(),
+		Long: `List the dead-letter queue (jobs whose retry budget is spent), newest first.
+
+--filter selects dead jobs by a filter string (docs/filters.md), ANDed with
+--queue and --include-abandoned, e.g.
+
+  leasehold dlq list --filter 'error_code = "TIMEOUT" AND metadata.customer = "42"'`,
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
@@ -47,6 +52,7 @@ func (c *cli) dlqListCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.Queue, "queue", "", "only this queue")
 	fs.BoolVar(&req.IncludeAbandoned, "include-abandoned", false, "list abandoned dead jobs too")
+	fs.StringVar(&req.Filter, "filter", "", "only dead jobs this `filter` selects (docs/filters.md), e.g. 'error_code = \"TIMEOUT\"'")
 	pages.add(fs)
 	return cmd
 }

@@ -49,6 +49,15 @@ func TestDLQCommands(t *testing.T) {
 		if len(resp.GetDeadJobs()) != 0 {
 			t.Errorf("dlq list --queue elsewhere: %v", &resp)
 		}
+		h.json(&resp, "dlq", "list", "--filter", `queue = billing AND error_code = "HTTP_503" AND id:("`+dead.GetId()+`")`)
+		if len(resp.GetDeadJobs()) != 1 || resp.GetDeadJobs()[0].GetJob().GetId() != dead.GetId() {
+			t.Errorf("dlq list --filter on the first dead job's id: %v", &resp)
+		}
+		h.json(&resp, "dlq", "list", "--filter", `error_code = "OTHER"`)
+		if len(resp.GetDeadJobs()) != 0 {
+			t.Errorf("dlq list --filter on another error code: %v", &resp)
+		}
+		h.fail(exitFail, []string{"INVALID_ARGUMENT", "INVALID_FILTER"}, "dlq", "list", "--filter", "queue = a OR queue = b")
 	})
 
 	t.Run("show has the job, its error and its attempts", func(t *testing.T) {

@@ -207,9 +207,16 @@ func (c *cli) jobListCommand() *cobra.Command {
 		pages  pageFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--state S ...] [--kind K] [--limit N] [--page-token T]",
+		Use:   "list [--queue Q] [--state S ...] [--kind K] [--filter F] [--limit N] [--page-token T]",
 		Short: "List jobs, newest first, one page at a time",
-		Args:  positional(),
+		Long: `List jobs, newest first, one page at a time.
+
+--filter selects jobs by a filter string (docs/filters.md), ANDed with
+--queue, --state and --kind, e.g.
+
+  leasehold job list --filter 'queue = "emails" AND state:(QUEUED, LEASED) AND metadata.customer = "42"'
+  leasehold job list --filter 'error_code = "TIMEOUT" AND finished >= "2026-12-01T00:00:00Z"'`,
+		Args: positional(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if req.PageSize, req.PageToken, err = pages.request(); err != nil {
@@ -238,6 +245,7 @@ func (c *cli) jobListCommand() *cobra.Command {
 	fs.StringVar(&req.Queue, "queue", "", "only this queue")
 	fs.Var(&states, "state", "only jobs in this `state` (queued, leased, succeeded, failed, cancelled, dead); repeatable or comma-separated")
 	fs.StringVar(&req.Kind, "kind", "", "only this kind")
+	fs.StringVar(&req.Filter, "filter", "", "only jobs this `filter` selects (docs/filters.md), e.g. 'metadata.customer = \"42\" AND created >= \"2026-12-01T00:00:00Z\"'")
 	pages.add(fs)
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(
 		[]string{"queued", "leased", "succeeded", "failed", "cancelled", "dead"}, cobra.ShellCompDirectiveNoFileComp))

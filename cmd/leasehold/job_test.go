@@ -183,6 +183,22 @@ func TestJobCommands(t *testing.T) {
 		h.fail(exitUsage, []string{"--limit must not be negative"}, "job", "list", "--limit", "-1")
 	})
 
+	t.Run("list --filter selects by the filter, ANDed with the flags; a bad filter is INVALID_FILTER", func(t *testing.T) {
+		a := h.createJob("--queue", "filtered", "--kind", "a", "--meta", "customer=42").GetId()
+		h.createJob("--queue", "filtered", "--kind", "a", "--meta", "customer=7")
+		b := h.createJob("--queue", "filtered", "--kind", "b", "--meta", "customer=42").GetId()
+		var resp leaseholdv1.ListJobsResponse
+		h.json(&resp, "job", "list", "--filter", `queue = filtered AND metadata.customer = "42"`)
+		if len(resp.GetJobs()) != 2 || resp.GetJobs()[0].GetId() != b || resp.GetJobs()[1].GetId() != a {
+			t.Errorf("--filter customer 42: %v", &resp)
+		}
+		h.json(&resp, "job", "list", "--kind", "a", "--filter", `queue = filtered AND metadata.customer = "42"`)
+		if len(resp.GetJobs()) != 1 || resp.GetJobs()[0].GetId() != a {
+			t.Errorf("--kind a with --filter customer 42: %v", &resp)
+		}
+		h.fail(exitFail, []string{"INVALID_ARGUMENT", "INVALID_FILTER", "SLEEPING"}, "job", "list", "--filter", "state = SLEEPING")
+	})
+
 	t.Run("cancel cancels a queued job and a final one is FAILED_PRECONDITION", func(t *testing.T) {
 		j := h.createJob("--queue", "cancel", "--kind", "k")
 		r := h.ok("job", "cancel", j.GetId(), "--reason", "not needed")

@@ -544,12 +544,18 @@ func (r reportTx) LockExpired(ctx context.Context, now time.Time, limit int) ([]
 	defer rows.Close()
 	var out []store.Held
 	for rows.Next() {
-		var at time.Time
-		rec, err := scanJob(rows, &at)
+		var (
+			at          time.Time
+			leasedUntil *time.Time
+			leasedSeq   *int64
+			logLen      int
+		)
+		rec, err := scanJob(rows, &at, &leasedUntil, &leasedSeq, &logLen)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC()})
+		out = append(out, store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC(),
+			LeasedUntil: timeOrZero(leasedUntil), LeasedSeq: int64OrZero(leasedSeq), AttemptLogLen: logLen})
 	}
 	return out, rows.Err()
 }

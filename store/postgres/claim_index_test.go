@@ -182,7 +182,7 @@ func TestLeaseStatementsProbeByKey(t *testing.T) {
 	for what, args := range map[string][]any{
 		postgres.LockLeasesQuery: {tenants, ids, owners, gens, nows},
 		postgres.LeaveLeasesQuery: {tenants, ids, owners, gens, nows, states, nows, nows, refunds, results,
-			flags, codes, codes, flags, nevents, flags},
+			flags, codes, codes, flags, nevents, flags, codes, flags},
 		postgres.RenewLeasesQuery: {tenants, ids, owners, gens, nows, nows},
 	} {
 		text := explainPlan(t, pool, "lease statement", what, args...)

@@ -514,24 +514,24 @@ func (s *Store) releaseKeys(ctx context.Context, tx *lazyTx, calls []createCall,
 	return err
 }
 
-// insertJobs inserts the jobs and their QUEUED events set-based, and
+// insertJobs inserts the jobs set-based (their QUEUED events are derived
+// from the rows), and
 // queues one notification per queue (but for the queues a handoff claims
 // from, which notify after their claims), in one round trip.
 func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCreate, h *handoff) error {
-	args, data, err := insertArgs(inserts)
+	args, err := insertArgs(inserts)
 	if err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
 	b.Queue(qInsertJobs, args[:13]...)
-	b.Queue(qInsertQueuedEvents, args[0], args[1], args[8], data)
 	wake := s.queueNotifications(b, inserts, h)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return duplicateIDError(err)
 	}
-	for range 1 + wake {
+	for range wake {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -540,12 +540,12 @@ func (s *Store) insertJobs(ctx context.Context, tx *lazyTx, inserts []*pendingCr
 }
 
 // insertArgs are the arrays qInsertJobs and qInsertUniqueJobs take ($1 to
-// $14: the unique keys last), and the QUEUED events' data.
-func insertArgs(inserts []*pendingCreate) ([]any, []string, error) {
+// $14: the unique keys last).
+func insertArgs(inserts []*pendingCreate) ([]any, error) {
 	n := len(inserts)
 	var (
-		tenants, ids, queues, kinds, metas, deps, data = make([]string, n), make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		tenants, ids, queues, kinds, metas, deps = make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n)
 		payloads                      = make([][]byte, n)
 		priorities, maxAttempts       = make([]int32, n), make([]int32, n)
 		created, available, deadlines = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
@@ -555,15 +555,15 @@ func insertArgs(inserts []*pendingCreate) ([]any, []string, error) {
 		j := pc.job
 		md, err := metadataJSON(j.Metadata)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		tenants[i], ids[i], queues[i], kinds[i], metas[i], deps[i] = j.Tenant, j.ID, j.Queue, j.Kind, md, j.Dependency
 		payloads[i], priorities[i], maxAttempts[i] = blobArg(j.Payload), j.Priority, j.MaxAttempts
 		created[i], available[i], deadlines[i] = j.CreatedAt, j.AvailableAt, j.RetryDeadline
-		data[i], ckeys[i], ukeys[i] = pc.event.Data, j.ConcurrencyKey, pc.uq.Key
+		ckeys[i], ukeys[i] = j.ConcurrencyKey, pc.uq.Key
 	}
 	return []any{tenants, ids, queues, kinds, payloads, metas, priorities, maxAttempts,
-		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps, ckeys, ukeys}, data, nil
+		nowArgs(created), nowArgs(available), nowArgs(deadlines), deps, ckeys, ukeys}, nil
 }
 
 // queueNotifications queues on b one notification per queue of inserts

@@ -106,6 +106,13 @@ func attemptsForJobs(ctx context.Context, q querier, tenant string, ids []string
 	for _, a := range as {
 		out[a.JobID] = append(out[a.JobID], *a)
 	}
+	logs, err := attemptLogs(ctx, q, tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	for id, log := range logs {
+		out[id] = store.MergeAttempts(out[id], log)
+	}
 	return out, nil
 }
 

@@ -61,9 +61,10 @@
 // their kind (see notification in notifier.go), so other kinds of
 // notification can share the channel.
 //
-// Job changes (for WatchJob) are notified by a trigger instead
-// (migration 008): every statement that appends to job_events notifies,
-// once per job, tenant + "\x1f" + job id on leasehold_changes_<8 hex digits
+// Job changes (for WatchJob) are notified by triggers instead
+// (migrations 008 and 013): every statement that inserts jobs or raises
+// their last_event_seq (every change that makes an event, derived or
+// stored) notifies, once per job, tenant + "\x1f" + job id on leasehold_changes_<8 hex digits
 // of the md5 of the schema>, but only while watch_presence holds an
 // unexpired row (AnnounceWatchers; a coordinator keeps one while it has
 // watchers), since every NOTIFY costs every listening backend of the

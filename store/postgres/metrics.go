@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -69,4 +73,59 @@ func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*
 		return nil, s.readError(ctx, "queue_metrics", err)
 	}
 	return fold.Snapshot(), nil
+}
+
+// qCountFinished counts the jobs finished in [$1, $2) by tenant, queue and
+// state: a range of jobs_finished_idx, so its cost follows the window.
+const qCountFinished = `SELECT tenant, queue, state, count(*) FROM jobs
+WHERE finished_at >= $1 AND finished_at < $2
+GROUP BY tenant, queue, state`
+
+// CountFinished implements store.Store.
+func (s *Store) CountFinished(ctx context.Context, p store.CountFinishedParams) ([]store.FinishedCount, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, qCountFinished, p.From, p.To)
+	if err != nil {
+		return nil, s.readError(ctx, "count_finished", err)
+	}
+	out, err := collect(rows, func(r pgx.Row) (*store.FinishedCount, error) {
+		var c store.FinishedCount
+		var state string
+		if err := r.Scan(&c.Tenant, &c.Queue, &state, &c.N); err != nil {
+			return nil, err
+		}
+		c.State = store.JobState(state)
+		return &c, nil
+	})
+	if err != nil {
+		return nil, s.readError(ctx, "count_finished", err)
+	}
+	counts := make([]store.FinishedCount, len(out))
+	for i, c := range out {
+		counts[i] = *c
+	}
+	return counts, nil
+}
+
+// ListQueuePolicies implements store.Store.
+func (s *Store) ListQueuePolicies(ctx context.Context, tenant string) ([]store.QueuePolicy, error) {
+	if err := store.ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, qListPolicies, tenant)
+	if err != nil {
+		return nil, s.readError(ctx, "list_queue_policies", err)
+	}
+	policies, err := collect(rows, scanPolicy)
+	if err != nil {
+		return nil, s.readError(ctx, "list_queue_policies", err)
+	}
+	out := make([]store.QueuePolicy, len(policies))
+	for i, p := range policies {
+		out[i] = *p
+	}
+	slices.SortFunc(out, func(a, b store.QueuePolicy) int { return strings.Compare(a.Queue, b.Queue) })
+	return out, nil
 }

@@ -79,9 +79,6 @@ const (
 	qInsertEvent = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
 	VALUES ($1, $2, $3, $4, $5, $6::jsonb)`
 
-	qListEvents = `SELECT job_id, seq, type, at, data::text FROM job_events
-	WHERE tenant = $1 AND job_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`
-
 	// qListJobs pages jobs newest first; $6/$7 is the cursor (created_at,
 	// id) of the last row of the previous page, or NULL.
 	qListJobs      = `SELECT ` + jobColumns + qListJobsFrom
@@ -163,8 +160,9 @@ const (
 
 	// claimLease is the end both claim statements share: the k-th picked
 	// job goes to slot k, leased at $8 (NULL: the database clock) for the
-	// slot's lease (0: the queue's default) capped at the queue's maximum,
-	// with its LEASED event; $1 is the tenant.
+	// slot's lease (0: the queue's default) capped at the queue's maximum;
+	// $1 is the tenant. The LEASED event is derived from the row
+	// (leased_seq, leased_until: store.DeriveEvents), not inserted.
 	claimLease = `
 		UPDATE jobs j
 		SET state = 'leased',
@@ -174,16 +172,14 @@ const (
 		    leased_at = coalesce($8::timestamptz, now()),
 		    lease_expires_at = coalesce($8::timestamptz, now())
 		        + (least(coalesce(nullif(s.lease_ns, 0), p.default_ns), p.max_ns) / 1000) * interval '1 microsecond',
+		    leased_until = coalesce($8::timestamptz, now())
+		        + (least(coalesce(nullif(s.lease_ns, 0), p.default_ns), p.max_ns) / 1000) * interval '1 microsecond',
+		    leased_seq = j.last_event_seq + 1,
+		    events_stored_through = least(j.events_stored_through, j.last_event_seq),
 		    last_event_seq = j.last_event_seq + 1
 		FROM picked p JOIN slots s ON s.rn = p.rn
 		WHERE j.tenant = $1 AND j.id = p.id
 		RETURNING j.*
-	), events AS (
-		INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-		SELECT l.tenant, l.id, l.last_event_seq, 'leased', l.leased_at, jsonb_build_object(
-			'worker_id', l.lease_owner, 'lease_generation', l.lease_generation, 'attempt', l.attempts,
-			'lease_expires_at', to_char(l.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-		FROM leased l
 	)
 `
 
@@ -275,7 +271,8 @@ const (
 	// qLockExpired locks up to $2 leases that expired at $1 (NULL: the
 	// database clock), across tenants, earliest first, skipping rows
 	// another reaper holds; each row carries the instant it was judged at.
-	qLockExpired = `SELECT ` + jobColumns + `, coalesce($1::timestamptz, now()) FROM jobs
+	qLockExpired = `SELECT ` + jobColumns + `, coalesce($1::timestamptz, now()), leased_until, leased_seq,
+		coalesce(jsonb_array_length(attempt_log), 0) FROM jobs
 	WHERE state = 'leased' AND lease_expires_at <= coalesce($1::timestamptz, now())
 	ORDER BY lease_expires_at
 	LIMIT $2
@@ -520,8 +517,11 @@ const (
 	// token lock: 2.0 ms → 0.37 ms with 20,000 dead entries).
 	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
 		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at,
-		coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
-			AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0)
+		CASE WHEN j.attempt_log IS NOT NULL THEN coalesce((j.attempt_log->-1->>'rd')::bigint, 0)
+		WHEN j.events_stored_through = 0 THEN 0
+		ELSE coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
+			AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0) END,
+		j.leased_until, j.leased_seq, coalesce(jsonb_array_length(j.attempt_log), 0)
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
 		WITH ORDINALITY AS r(tenant, id, owner, generation, now, ord)
 	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
@@ -538,7 +538,8 @@ const (
 	// qInspectLeases reads, for reports whose fence did not hold, each
 	// job and the attempt row of the report's generation.
 	qInspectLeases = `SELECT ` + jobColumnsJ + `, r.ord,
-		a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message, a.error_retryable
+		a.attempt, a.worker_id, a.outcome, a.error_code, a.error_message, a.error_retryable,
+		j.attempt_log::text
 	FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(tenant, id, generation, ord)
 	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
 	LEFT JOIN job_attempts a ON a.tenant = r.tenant AND a.job_id = r.id AND a.generation = r.generation`
@@ -555,7 +556,10 @@ const (
 	// $6 state, $7 available_at (NULL: unchanged), $8 finished_at, $9 1 to
 	// give the attempt back, $10 result (stored when succeeded), $11 whether
 	// $12–$14 become the last error, $15 how many event sequences the
-	// caller appends.
+	// transition takes, $17 the ended attempt's record (store.AttemptRecord),
+	// appended to the attempt log: it is where the transition's events are
+	// kept. $18: the log is full (store.Leave.Spill) and drops its oldest
+	// record, which qSpillAttempts moved to job_attempts just before.
 	qLeaveLeases = `UPDATE jobs j
 	SET state = u.state,
 	    available_at = coalesce(u.available_at, j.available_at),
@@ -566,33 +570,29 @@ const (
 	    last_error_code = CASE WHEN u.set_error THEN u.code ELSE j.last_error_code END,
 	    last_error_message = CASE WHEN u.set_error THEN u.message ELSE j.last_error_message END,
 	    last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
-	    last_event_seq = j.last_event_seq + u.nevents
+	    last_event_seq = j.last_event_seq + u.nevents,
+	    events_stored_through = least(j.events_stored_through, j.last_event_seq),
+	    attempt_log = CASE WHEN u.spill THEN (j.attempt_log - 0) || u.record::jsonb
+	        ELSE coalesce(j.attempt_log, '[]') || u.record::jsonb END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::text[],
 		$7::timestamptz[], $8::timestamptz[], $9::int[], $10::bytea[], $11::bool[], $12::text[],
-		$13::text[], $14::bool[], $15::int[], $16::bool[])
+		$13::text[], $14::bool[], $15::int[], $16::bool[], $17::text[], $18::bool[])
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
-		     set_error, code, message, retryable, nevents, expired)
+		     set_error, code, message, retryable, nevents, expired, record, spill)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
 	  AND j.lease_generation = u.generation
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
-	// qInsertEventsMulti appends events of several tenants' jobs whose
-	// sequences the caller reserved.
-	qInsertEventsMulti = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-	SELECT e.tenant, e.job_id, e.seq, e.type, e.at, e.data::jsonb
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[], $6::text[])
-		AS e(tenant, job_id, seq, type, at, data)`
-
-	// qInsertAttemptsMulti records ended attempts, each with its own
-	// outcome and error ($9: whether $10–$12 are set).
-	qInsertAttemptsMulti = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at,
-		finished_at, outcome, error_code, error_message, error_retryable, retry_delay_ns)
-	SELECT u.tenant, u.job_id, u.attempt, u.generation, u.worker_id, u.claimed_at, u.at, u.outcome,
-	       CASE WHEN u.has_error THEN u.code END, CASE WHEN u.has_error THEN u.message END,
-	       CASE WHEN u.has_error THEN u.retryable END, u.retry_delay
-	FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[],
-		$7::timestamptz[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::bool[], $13::bigint[])
-		AS u(tenant, job_id, attempt, generation, worker_id, claimed_at, at, outcome, has_error, code, message, retryable, retry_delay)`
+	// qSpillAttempts moves the oldest record of full attempt logs ($1
+	// tenants, $2 job ids; store.AttemptLogCap records each) to
+	// job_attempts, so only such jobs write there.
+	qSpillAttempts = `INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
+		outcome, error_code, error_message, error_retryable, retry_delay_ns, record)
+	SELECT j.tenant, j.id, (r->>'n')::int, (r->>'g')::bigint, r->>'w', (r->>'c')::timestamptz,
+		(r->>'f')::timestamptz, r->>'o', r->>'ec', r->>'em', (r->>'er')::bool, coalesce((r->>'rd')::bigint, 0), r
+	FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+	JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
+	CROSS JOIN LATERAL (SELECT j.attempt_log->0 AS r) x`
 
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
 	// was judged at.
@@ -646,19 +646,17 @@ const (
 		ORDER BY cp.seq DESC LIMIT 1
 	) c ON true`
 
-	// qInsertJobs inserts QUEUED jobs whose first event (sequence 1)
-	// qInsertQueuedEvents inserts in the same transaction.
+	// qInsertJobs inserts QUEUED jobs. Their QUEUED event (sequence 1) is
+	// derived from the row: queued_available_at keeps the create's
+	// available_at when it is not the creation time.
 	qInsertJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
-		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key)
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key,
+		queued_available_at, events_stored_through)
 	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
-		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key
+		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key,
+		nullif(u.available_at, u.created_at), 0
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
 		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[])
 		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
 		     retry_deadline, dependency, concurrency_key)`
-
-	// qInsertQueuedEvents inserts the QUEUED event of new jobs.
-	qInsertQueuedEvents = `INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-	SELECT u.tenant, u.job_id, 1, 'queued', u.at, u.data::jsonb
-	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS u(tenant, job_id, at, data)`
 )

@@ -86,14 +86,18 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 			ord, prevDelay int64
 			at             time.Time
 			cp             checkpointCols
+			leasedUntil    *time.Time
+			leasedSeq      *int64
+			logLen         int
 		)
-		rec, err := scanJob(rows, append(append([]any{&ord, &at}, cp.dest()...), &prevDelay)...)
+		rec, err := scanJob(rows, append(append([]any{&ord, &at}, cp.dest()...), &prevDelay, &leasedUntil, &leasedSeq, &logLen)...)
 		if err != nil {
 			return nil, err
 		}
 		rec.job.Checkpoint = cp.checkpoint()
 		out[int(ord)-1] = store.Held{Job: rec.job, CancelReason: rec.cancelReason, EventSeq: rec.lastEventSeq, Now: at.UTC(),
-			PrevRetryDelay: time.Duration(prevDelay)}
+			PrevRetryDelay: time.Duration(prevDelay), LeasedUntil: timeOrZero(leasedUntil), LeasedSeq: int64OrZero(leasedSeq),
+			AttemptLogLen: logLen}
 	}
 	return out, rows.Err()
 }
@@ -156,13 +160,21 @@ func (r reportTx) Inspect(ctx context.Context, refs []store.LeaseRef) (map[int]s
 			attempt             *int32
 			errCode, errMessage *string
 			errRetryable        *bool
+			log                 *string
 		)
-		rec, err := scanJob(rows, &ord, &attempt, &worker, &outcome, &errCode, &errMessage, &errRetryable)
+		rec, err := scanJob(rows, &ord, &attempt, &worker, &outcome, &errCode, &errMessage, &errRetryable, &log)
 		if err != nil {
 			return nil, err
 		}
 		got := store.Inspected{Job: rec.job}
-		if worker != nil {
+		records, err := store.DecodeAttemptLog(deref(log))
+		if err != nil {
+			return nil, err
+		}
+		if r := store.FindAttempt(records, gens[ord-1]); r != nil {
+			a := r.AsAttempt(rec.job.ID)
+			got.Attempt = &a
+		} else if worker != nil {
 			a := &store.Attempt{JobID: rec.job.ID, Attempt: *attempt, LeaseGeneration: gens[ord-1], WorkerID: *worker, Outcome: store.AttemptOutcome(*outcome)}
 			if errCode != nil {
 				a.Error = &store.JobError{Code: *errCode, Message: deref(errMessage), Retryable: errRetryable != nil && *errRetryable}
@@ -196,8 +208,9 @@ func deref(s *string) string {
 func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	b := &pgx.Batch{}
 	leaves, renewals := len(c.Leaves), len(c.Renewals)
+	spills := false
 	if leaves > 0 {
-		queueLeaves(b, c.Leaves)
+		spills = queueLeaves(b, c.Leaves)
 	}
 	if renewals > 0 {
 		queueRenewals(b, c.Renewals)
@@ -211,6 +224,11 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	}
 	br := r.tx.SendBatch(ctx, b)
 	defer br.Close()
+	if spills {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
 	if leaves > 0 {
 		tag, err := br.Exec()
 		if err != nil {
@@ -218,13 +236,8 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 		}
 		if int(tag.RowsAffected()) != leaves {
 			// Impossible under the locks LockLeases took; refuse rather than
-			// commit events for jobs that did not move.
+			// commit attempts of jobs that did not move.
 			return fmt.Errorf("report batch: %d of %d leases moved", tag.RowsAffected(), leaves)
-		}
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
 		}
 	}
 	if renewals > 0 {
@@ -244,9 +257,12 @@ func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	return br.Close()
 }
 
-// queueLeaves queues the three statements that end leases: the jobs'
-// update, their events and their attempt rows.
-func queueLeaves(b *pgx.Batch, ls []store.Leave) {
+// queueLeaves queues the statement that ends leases: the jobs' update,
+// which appends each ended attempt's record (where its events are kept)
+// to the row.
+//
+// It reports whether it queued qSpillAttempts first.
+func queueLeaves(b *pgx.Batch, ls []store.Leave) (spills bool) {
 	n := len(ls)
 	var (
 		tenants, ids, owners, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -254,22 +270,20 @@ func queueLeaves(b *pgx.Batch, ls []store.Leave) {
 		nows, available, finished    = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		refunds, nevents             = make([]int32, n), make([]int32, n)
 		expired                      = make([]bool, n)
-		attempts                     = make([]int32, n)
-		claimed                      = make([]time.Time, n)
 		results                      = make([][]byte, n)
 		setErr, retryable            = make([]bool, n), make([]bool, n)
 		codes, messages              = make([]string, n), make([]string, n)
-		// attempt rows
-		outcomes            = make([]string, n)
-		aHasErr, aRetryable = make([]bool, n), make([]bool, n)
-		aCodes, aMessages   = make([]string, n), make([]string, n)
-		aDelays             = make([]int64, n)
-		evs                 multiEventBatch
+		records                      = make([]string, n)
+		spill                        = make([]bool, n)
+		spillTenants, spillIDs       []string
 	)
 	for i, l := range ls {
 		t := l.Transition
 		tenants[i], ids[i], owners[i], gens[i], states[i] = l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, string(t.State)
-		expired[i], attempts[i], claimed[i] = l.Expired, l.Attempt, l.ClaimedAt
+		expired[i], records[i], spill[i] = l.Expired, l.Record, l.Spill
+		if l.Spill {
+			spillTenants, spillIDs = append(spillTenants, l.Tenant), append(spillIDs, l.Token.JobID)
+		}
 		nows[i], available[i] = l.Now, t.AvailableAt
 		if t.Finished() {
 			finished[i] = l.Now
@@ -282,19 +296,13 @@ func queueLeaves(b *pgx.Batch, ls []store.Leave) {
 			setErr[i], codes[i], messages[i], retryable[i] = true, e.Code, e.Message, e.Retryable
 		}
 		nevents[i] = int32(len(t.Events))
-		outcomes[i], aDelays[i] = string(t.Outcome), int64(t.RetryDelay)
-		if e := t.AttemptError; e != nil {
-			aHasErr[i], aCodes[i], aMessages[i], aRetryable[i] = true, e.Code, e.Message, e.Retryable
-		}
-		for k, e := range t.Events {
-			evs.add(l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), l.Now, e)
-		}
+	}
+	if len(spillIDs) > 0 {
+		b.Queue(qSpillAttempts, spillTenants, spillIDs)
 	}
 	b.Queue(qLeaveLeases, tenants, ids, owners, gens, nowArgs(nows), states, nowArgs(available),
-		nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired)
-	b.Queue(qInsertEventsMulti, evs.tenants, evs.jobIDs, evs.seqs, evs.types, nowArgs(evs.at), evs.data)
-	b.Queue(qInsertAttemptsMulti, tenants, ids, attempts, gens, owners, nowArgs(claimed), nowArgs(nows),
-		outcomes, aHasErr, aCodes, aMessages, aRetryable, aDelays)
+		nowArgs(finished), refunds, results, setErr, codes, messages, retryable, nevents, expired, records, spill)
+	return len(spillIDs) > 0
 }
 
 // queueRenewals queues the statement that extends leases.
@@ -306,21 +314,4 @@ func queueRenewals(b *pgx.Batch, rs []store.Renewal) {
 		tenants[i], ids[i], owners[i], gens[i], nows[i], expires[i] = rn.Tenant, rn.Token.JobID, rn.Token.WorkerID, rn.Token.Generation, rn.Now, rn.ExpiresAt
 	}
 	b.Queue(qRenewLeases, tenants, ids, owners, gens, nowArgs(nows), nowArgs(expires))
-}
-
-// multiEventBatch collects events of several tenants' jobs for one
-// qInsertEventsMulti (its fields are the statement's arrays).
-type multiEventBatch struct {
-	tenants, jobIDs, types, data []string
-	seqs                         []int64
-	at                           []time.Time
-}
-
-func (b *multiEventBatch) add(tenant, jobID string, seq int64, at time.Time, e store.NewEvent) {
-	b.tenants = append(b.tenants, tenant)
-	b.jobIDs = append(b.jobIDs, jobID)
-	b.seqs = append(b.seqs, seq)
-	b.types = append(b.types, string(e.Type))
-	b.at = append(b.at, at)
-	b.data = append(b.data, e.Data)
 }

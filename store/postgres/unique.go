@@ -28,10 +28,11 @@ const (
 	// fewer rows than it sent were: a batch of fresh keys reads nothing
 	// back.
 	qInsertUniqueJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
-		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key)
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key,
+		queued_available_at, events_stored_through)
 	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
 		u.max_attempts, u.created_at, u.available_at, u.retry_deadline, u.dependency, 1, u.concurrency_key,
-		nullif(u.unique_key, '')
+		nullif(u.unique_key, ''), nullif(u.available_at, u.created_at), 0
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
 		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::text[], $15::bool[])
 		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
@@ -43,13 +44,6 @@ const (
 	// qInsertedJobs reads which of the ids ($1 tenants, $2 ids) exist.
 	qInsertedJobs = `SELECT j.id FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
 	JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id`
-
-	// qDropQueuedEvents removes the QUEUED events written, in the same
-	// statement batch as qInsertUniqueJobs, for jobs it did not insert.
-	// (Writing them for every row and dropping the few of duplicates
-	// costs less than joining the events with the inserted rows.)
-	qDropQueuedEvents = `DELETE FROM job_events e USING unnest($1::text[], $2::text[]) AS u(tenant, job_id)
-	WHERE e.tenant = u.tenant AND e.job_id = u.job_id AND e.seq = 1`
 
 	// qLiveUniqueHolders reads the live jobs that hold keys ($1 tenants,
 	// $2 keys), with their latest checkpoints, each with its key.
@@ -233,7 +227,7 @@ func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, calls []create
 	todo = slices.SortedStableFunc(slices.Values(todo), func(a, b *pendingCreate) int {
 		return cmp.Or(cmp.Compare(a.job.Tenant, b.job.Tenant), cmp.Compare(a.uq.Key, b.uq.Key))
 	})
-	args, data, err := insertArgs(todo)
+	args, err := insertArgs(todo)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -250,7 +244,6 @@ func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, calls []create
 		b.Queue(qTakeUniqueKeys, p.tenants, p.keys, p.ids, nowArgs(p.expires), normTime(p.minNow))
 	}
 	b.Queue(qInsertUniqueJobs, append(args, periodic)...)
-	b.Queue(qInsertQueuedEvents, args[0], args[1], args[8], data)
 	wake := s.queueNotifications(b, todo, h)
 	br := tx.SendBatch(ctx, b)
 	taken, err = p.read(br)
@@ -263,7 +256,7 @@ func (s *Store) insertUniqueJobs(ctx context.Context, tx *lazyTx, calls []create
 		_ = br.Close()
 		return nil, nil, duplicateIDError(err)
 	}
-	for range 1 + wake {
+	for range wake {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return nil, nil, err
@@ -327,7 +320,7 @@ func (p *periodArgs) read(br pgx.BatchResults) (map[*pendingCreate]bool, error) 
 }
 
 // dropUninserted reads which jobs of todo were inserted (into inserted)
-// and drops the QUEUED events of the others.
+// (a job's QUEUED event is its row's: the others left nothing behind).
 func (s *Store) dropUninserted(ctx context.Context, tx *lazyTx, todo []*pendingCreate, inserted map[string]bool) (map[string]bool, error) {
 	tenants, ids := make([]string, len(todo)), make([]string, len(todo))
 	for i, pc := range todo {
@@ -347,15 +340,6 @@ func (s *Store) dropUninserted(ctx context.Context, tx *lazyTx, todo []*pendingC
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	var dropTenants, dropIDs []string
-	for _, pc := range todo {
-		if !inserted[pc.job.ID] {
-			dropTenants, dropIDs = append(dropTenants, pc.job.Tenant), append(dropIDs, pc.job.ID)
-		}
-	}
-	if _, err := tx.Exec(ctx, qDropQueuedEvents, dropTenants, dropIDs); err != nil {
 		return nil, err
 	}
 	return inserted, nil

@@ -84,7 +84,7 @@ func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any)
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
 		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
-		j.replayOf, j.dependency, j.concurrencyKey, nil)
+		j.replayOf, j.dependency, j.concurrencyKey, nil, 0, nil)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
 	}
@@ -225,8 +225,8 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 			}
 			policies[r.Spec.Queue] = pol
 		}
-		job, ev := store.DecideCreate(*pol, p.Tenant, s.opts.NewID(), r.Spec, now)
-		if err := insertJob(ctx, tx, job, ev, plan[i].Key); err != nil {
+		job, _ := store.DecideCreate(*pol, p.Tenant, s.opts.NewID(), r.Spec, now)
+		if err := insertJob(ctx, tx, job, plan[i].Key); err != nil {
 			return nil, fmt.Errorf("requests[%d]: %w", i, err)
 		}
 		if plan[i].Period > 0 {
@@ -247,28 +247,22 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 	return results, nil
 }
 
-// insertJob inserts a QUEUED job as store.DecideCreate made it, with its
-// QUEUED event (sequence 1). A duplicate id fails the statement, and with
-// it the caller's transaction.
-func insertJob(ctx context.Context, tx *writeTx, j *store.Job, ev store.NewEvent, uniqueKey string) error {
+// insertJob inserts a QUEUED job as store.DecideCreate made it; its QUEUED
+// event (sequence 1) is derived from the row. A duplicate id fails the
+// statement, and with it the caller's transaction.
+func insertJob(ctx context.Context, tx *writeTx, j *store.Job, uniqueKey string) error {
 	md, err := encodeMetadata(j.Metadata)
 	if err != nil {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
 		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
-		j.ReplayOf, j.Dependency, j.ConcurrencyKey, nullText(uniqueKey))
+		j.ReplayOf, j.Dependency, j.ConcurrencyKey, nullText(uniqueKey), 1, nullMicros(store.QueuedAvailableAt(j)))
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("insert job: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, qBumpEventSeq, j.Tenant, j.ID); err != nil {
-		return fmt.Errorf("append queued event: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, qInsertEvent, j.Tenant, j.ID, int64(1), string(ev.Type), micros(j.CreatedAt), ev.Data); err != nil {
-		return fmt.Errorf("append queued event: %w", err)
 	}
 	return nil
 }
@@ -526,7 +520,8 @@ func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]sto
 	}
 	var events []store.Event
 	err := s.read(ctx, "list events", func(tx *preparedTx) error {
-		if err := requireJob(ctx, tx, p.Tenant, p.JobID); err != nil {
+		row, err := historyRow(ctx, tx, p.Tenant, p.JobID)
+		if err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, qListEvents, p.Tenant, p.JobID, p.AfterSequence, limit)
@@ -534,16 +529,78 @@ func (s *Store) ListEvents(ctx context.Context, p store.ListEventsParams) ([]sto
 			return err
 		}
 		defer rows.Close()
+		var stored []store.Event
 		for rows.Next() {
 			e, err := scanEvent(rows)
 			if err != nil {
 				return err
 			}
-			events = append(events, e)
+			stored = append(stored, e)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		events = store.PageEvents(store.DeriveEvents(row, stored), p.AfterSequence, limit)
+		return nil
 	})
 	return events, err
+}
+
+// historyRow reads what the job's row holds of its history, with the
+// records of the attempts that moved out of it (store.DeriveEvents).
+func historyRow(ctx context.Context, q querier, tenant, jobID string) (store.HistoryRow, error) {
+	var (
+		j                                          = store.Job{Tenant: tenant, ID: jobID}
+		created                                    int64
+		state, log                                 string
+		leasedAt, queuedAt, leasedUntil, leasedSeq sql.NullInt64
+		storedThrough                              int64
+	)
+	err := q.QueryRowContext(ctx, qJobHistory, tenant, jobID).Scan(&created, &j.Queue, &state, &j.LeaseOwner,
+		&j.LeaseGeneration, &j.Attempts, &leasedAt, &queuedAt, &leasedUntil, &leasedSeq, &storedThrough, &log)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.HistoryRow{}, fmt.Errorf("job %q: %w", jobID, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.HistoryRow{}, err
+	}
+	j.CreatedAt, j.State, j.LeasedAt = fromMicros(created), store.JobState(state), fromNullMicros(leasedAt)
+	row := store.HistoryRow{Job: &j, QueuedAvailableAt: fromNullMicros(queuedAt), LeasedUntil: fromNullMicros(leasedUntil),
+		LeasedSeq: leasedSeq.Int64, StoredThrough: storedThrough}
+	spilled, err := spilledRecords(ctx, q, tenant, jobID)
+	if err != nil {
+		return store.HistoryRow{}, err
+	}
+	inRow, err := store.DecodeAttemptLog(log)
+	if err != nil {
+		return store.HistoryRow{}, err
+	}
+	row.Attempts = append(row.Attempts, spilled...)
+	row.Attempts = append(row.Attempts, inRow...)
+	return row, nil
+}
+
+// spilledRecords reads the records of the attempts that moved out of the
+// job's row.
+func spilledRecords(ctx context.Context, q querier, tenant, jobID string) ([]store.AttemptRecord, error) {
+	rows, err := q.QueryContext(ctx, qSpilledAttempts, tenant, jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.AttemptRecord
+	for rows.Next() {
+		var text string
+		if err := rows.Scan(&text); err != nil {
+			return nil, err
+		}
+		r, err := store.DecodeAttemptRecord(text)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // ListAttempts implements store.Store.
@@ -577,5 +634,26 @@ func listAttemptsTx(ctx context.Context, q querier, tenant, jobID string) ([]sto
 		}
 		out = append(out, a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// The attempts since migration 013 are records: those moved out of
+	// the row, then the row's log.
+	recs, err := spilledRecords(ctx, q, tenant, jobID)
+	if err != nil {
+		return nil, err
+	}
+	var text string
+	if err := q.QueryRowContext(ctx, qAttemptLog, tenant, jobID).Scan(&text); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	log, err := store.DecodeAttemptLog(text)
+	if err != nil {
+		return nil, err
+	}
+	logged := make([]store.Attempt, 0, len(recs)+len(log))
+	for _, r := range append(recs, log...) {
+		logged = append(logged, r.AsAttempt(jobID))
+	}
+	return store.MergeAttempts(out, logged), nil
 }

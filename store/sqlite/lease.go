@@ -283,23 +283,18 @@ func (c *claim) lease(ctx context.Context, all []candidate) (map[string]leasedJo
 	return leased, nil
 }
 
-// appendLeasedEvents writes each lease's LEASED event, admits the probes'
-// tokens into their breakers and collects the claimed jobs in slot order.
-func (c *claim) appendLeasedEvents(ctx context.Context, all []candidate, leased map[string]leasedJob) error {
-	events := make([]any, 0, len(all)*qInsertEventsMulti.width)
+// appendLeasedEvents admits the probes' tokens into their breakers and
+// collects the claimed jobs in slot order. (Their LEASED events are
+// derived from the rows the lease wrote.)
+func (c *claim) appendLeasedEvents(_ context.Context, all []candidate, leased map[string]leasedJob) error {
 	for k, cand := range all {
 		l, w := leased[cand.id], c.p.Waiters[c.slots[k]]
-		gen, attempts := l.job.LeaseGeneration, l.job.Attempts
+		gen := l.job.LeaseGeneration
 		tok := store.LeaseToken{JobID: cand.id, Generation: gen, WorkerID: w.Worker}
 		if i, ok := c.probeOf[cand.id]; ok {
 			c.probes[i].Breaker = store.AdmitProbes(c.probes[i].Breaker, []store.LeaseToken{tok}, c.now)
 		}
-		data := store.EventData("worker_id", w.Worker, "lease_generation", gen, "attempt", attempts, "lease_expires_at", l.expires)
-		events = append(events, c.p.Tenant, cand.id, l.seq, string(store.EventLeased), micros(c.now), data)
 		c.claimed = append(c.claimed, store.ClaimedJob{Job: l.job, Token: tok})
-	}
-	if _, err := qInsertEventsMulti.exec(ctx, c.tx, events); err != nil {
-		return fmt.Errorf("append leased events: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/store"
@@ -59,4 +61,69 @@ func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*
 		return nil, err
 	}
 	return fold.Snapshot(), nil
+}
+
+// qCountFinished counts the jobs finished in [?1, ?2) by tenant, queue and
+// state: a range of jobs_retention_idx, so its cost follows the window.
+const qCountFinished = `SELECT tenant, queue, state, count(*) FROM jobs
+WHERE finished_at IS NOT NULL AND finished_at >= ?1 AND finished_at < ?2
+GROUP BY tenant, queue, state`
+
+// CountFinished implements store.Store.
+func (s *Store) CountFinished(ctx context.Context, p store.CountFinishedParams) ([]store.FinishedCount, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var out []store.FinishedCount
+	err := s.read(ctx, "count finished", func(tx *preparedTx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, qCountFinished, micros(p.From), micros(p.To))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c store.FinishedCount
+			var state string
+			if err := rows.Scan(&c.Tenant, &c.Queue, &state, &c.N); err != nil {
+				return err
+			}
+			c.State = store.JobState(state)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListQueuePolicies implements store.Store.
+func (s *Store) ListQueuePolicies(ctx context.Context, tenant string) ([]store.QueuePolicy, error) {
+	if err := store.ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	var out []store.QueuePolicy
+	err := s.read(ctx, "list queue policies", func(tx *preparedTx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, qListPolicies, tenant)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			pol, err := scanPolicy(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, *pol)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b store.QueuePolicy) int { return strings.Compare(a.Queue, b.Queue) })
+	return out, nil
 }

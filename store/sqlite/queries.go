@@ -45,13 +45,15 @@ LEFT JOIN job_checkpoints c
 // qGetJob reads one job of a tenant.
 const qGetJob = jobSelect + `WHERE j.tenant = ?1 AND j.id = ?2`
 
-// qInsertJob inserts a new QUEUED job with no events yet (last_event_seq 0);
-// the caller appends the queued event in the same transaction.
+// qInsertJob inserts a new QUEUED job. With ?16 = 0 it has no events yet
+// and the caller appends its queued event in the same transaction; with
+// ?16 = 1 its QUEUED event is derived from the row (store.DeriveEvents),
+// ?17 keeping the create's available_at when it is not the creation time.
 const qInsertJob = `
 INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
                   attempts, max_attempts, created_at, available_at, retry_deadline,
-                  replay_of, dependency, concurrency_key, unique_key)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+                  replay_of, dependency, concurrency_key, unique_key, last_event_seq, queued_available_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)`
 
 // qBumpEventSeq reserves the job's next event sequence. The UPDATE takes the
 // row (the database write lock, on SQLite), so concurrent appends to one job
@@ -102,20 +104,36 @@ ORDER BY j.created_at DESC, j.id DESC LIMIT ?2`
 // qJobExists checks that a job exists for the tenant.
 const qJobExists = `SELECT 1 FROM jobs WHERE tenant = ?1 AND id = ?2`
 
-// qListEvents reads a job's events after a sequence, in order.
+// qJobHistory reads what a job row holds of its history (migration 013).
+const qJobHistory = `
+SELECT created_at, queue, state, lease_owner, lease_generation, attempts, leased_at,
+       queued_available_at, leased_until, leased_seq, events_stored_through, coalesce(attempt_log, '')
+FROM jobs WHERE tenant = ?1 AND id = ?2`
+
+// qSpilledAttempts reads the records of the attempts that moved out of the
+// row past store.AttemptLogCap.
+const qSpilledAttempts = `
+SELECT record FROM job_attempts WHERE tenant = ?1 AND job_id = ?2 AND record IS NOT NULL ORDER BY generation`
+
+// qAttemptLog reads a job's attempt log.
+const qAttemptLog = `SELECT coalesce(attempt_log, '') FROM jobs WHERE tenant = ?1 AND id = ?2`
+
+// qListEvents reads a job's stored events after a sequence, in order.
 const qListEvents = `
 SELECT job_id, seq, type, at, data FROM job_events
 WHERE tenant = ?1 AND job_id = ?2 AND seq > ?3
 ORDER BY seq
 LIMIT ?4`
 
-// qListAttempts reads a job's attempt history, oldest first.
-// The running attempt, while the job is leased, is read from the job row.
+// qListAttempts reads a job's attempt rows written before migration 013,
+// oldest first, and, while the job is leased, its running attempt from
+// the job row. (Attempts since are records: the row's log, and those
+// moved out of it.)
 const qListAttempts = `
 SELECT job_id, attempt, generation, worker_id, claimed_at, finished_at, outcome,
        error_code, error_message, error_retryable
 FROM job_attempts
-WHERE tenant = ?1 AND job_id = ?2
+WHERE tenant = ?1 AND job_id = ?2 AND record IS NULL
 UNION ALL
 SELECT id, attempts, lease_generation, lease_owner, leased_at, NULL, 'running', NULL, NULL, NULL
 FROM jobs WHERE tenant = ?1 AND id = ?2 AND state = 'leased'
@@ -202,7 +220,8 @@ const leasedColumns = `tenant, id, queue, kind, payload, metadata, priority, sta
 
 // qLockExpired reads up to ?2 leases that expired at ?1, across tenants,
 // earliest first (the single writer needs no row locks).
-const qLockExpired = jobSelectColumns + `, j.cancel_reason, j.last_event_seq` + jobSelectFrom + `
+const qLockExpired = jobSelectColumns + `, j.cancel_reason, j.last_event_seq, j.leased_until, j.leased_seq,
+    coalesce(json_array_length(j.attempt_log), 0)` + jobSelectFrom + `
 WHERE j.state = 'leased' AND j.lease_expires_at <= ?1
 ORDER BY j.lease_expires_at
 LIMIT ?2`
@@ -427,12 +446,15 @@ DELETE FROM idempotency_keys WHERE (tenant, operation, key) IN (
 var (
 	// qLeaseJobs leases claimed QUEUED jobs, each to its row's worker
 	// until its expiry (leased at leased_at): generation + 1, attempts +
-	// 1, one event sequence reserved for its LEASED event. It returns
+	// 1, one event sequence taken by its LEASED event (derived from
+	// leased_seq and leased_until, not inserted). It returns
 	// leasedColumns of each job it leased, in no particular order.
 	qLeaseJobs = newMultiRow(`WITH u(tenant, id, owner, leased_at, expires) AS (VALUES `, 5, `)
 UPDATE jobs AS j
 SET state = 'leased', lease_owner = u.owner, lease_generation = j.lease_generation + 1,
     attempts = j.attempts + 1, leased_at = u.leased_at, lease_expires_at = u.expires,
+    leased_until = u.expires, leased_seq = j.last_event_seq + 1,
+    events_stored_through = min(j.events_stored_through, j.last_event_seq),
     last_event_seq = j.last_event_seq + 1
 FROM u
 WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'queued'
@@ -445,8 +467,11 @@ RETURNING `+leasedColumns)
 	// a row has locked it.)
 	qLockLeases = newMultiRow(`WITH r(ord, tenant, id, owner, generation, now) AS (VALUES `, 6, `)`+
 		jobSelectColumns+`, j.cancel_reason, j.last_event_seq, r.ord,
-    coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
-        AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0)
+    CASE WHEN j.attempt_log IS NOT NULL THEN coalesce(json_extract(j.attempt_log, '$[#-1].rd'), 0)
+    WHEN j.events_stored_through = 0 THEN 0
+    ELSE coalesce((SELECT a.retry_delay_ns FROM job_attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id
+        AND a.generation < j.lease_generation ORDER BY a.generation DESC LIMIT 1), 0) END,
+    j.leased_until, j.leased_seq, coalesce(json_array_length(j.attempt_log), 0)
 FROM r CROSS JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id`+checkpointJoin+`
 WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.generation
   AND j.lease_expires_at > r.now`)
@@ -457,10 +482,14 @@ WHERE j.state = 'leased' AND j.lease_owner = r.owner AND j.lease_generation = r.
 	// otherwise it must not have): the new state, available_at (NULL:
 	// unchanged), finished_at, refund 1 to give the attempt back, the
 	// result (stored when succeeded), set_error whether code, message and
-	// retryable become the last error, and nevents, how many event
-	// sequences the caller appends.
+	// retryable become the last error, nevents, how many event sequences
+	// the transition takes, and record the ended attempt's record
+	// (store.AttemptRecord), appended to the attempt log: it is where the
+	// transition's events are kept. With spill (store.Leave.Spill) the
+	// full log drops its oldest record, which qSpillAttempts moved out
+	// just before.
 	qLeaveLeases = newMultiRow(`WITH u(tenant, id, owner, generation, now, state, available_at, finished_at,
-    refund, result, set_error, code, message, retryable, nevents, expired) AS (VALUES `, 16, `)
+    refund, result, set_error, code, message, retryable, nevents, expired, record, spill) AS (VALUES `, 18, `)
 UPDATE jobs AS j
 SET state = u.state, available_at = coalesce(u.available_at, j.available_at), finished_at = u.finished_at,
     lease_expires_at = NULL,
@@ -469,7 +498,10 @@ SET state = u.state, available_at = coalesce(u.available_at, j.available_at), fi
     last_error_code = CASE WHEN u.set_error THEN u.code ELSE j.last_error_code END,
     last_error_message = CASE WHEN u.set_error THEN u.message ELSE j.last_error_message END,
     last_error_retryable = CASE WHEN u.set_error THEN u.retryable ELSE j.last_error_retryable END,
-    last_event_seq = j.last_event_seq + u.nevents
+    last_event_seq = j.last_event_seq + u.nevents,
+    events_stored_through = min(j.events_stored_through, j.last_event_seq),
+    attempt_log = json_insert(CASE WHEN u.spill THEN json_remove(j.attempt_log, '$[0]')
+        ELSE coalesce(j.attempt_log, '[]') END, '$[#]', json(u.record))
 FROM u
 WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
   AND j.lease_owner = u.owner AND j.lease_generation = u.generation
@@ -483,30 +515,35 @@ FROM u
 WHERE j.tenant = u.tenant AND j.id = u.id AND j.state = 'leased'
   AND j.lease_owner = u.owner AND j.lease_generation = u.generation AND j.lease_expires_at > u.now`)
 
-	// qInsertEventsMulti appends events of several jobs whose sequences
-	// the caller reserved.
-	qInsertEventsMulti = newMultiRow(`WITH e(tenant, job_id, seq, type, at, data) AS (VALUES `, 6, `)
-INSERT INTO job_events (tenant, job_id, seq, type, at, data)
-SELECT * FROM e WHERE e.tenant IS NOT NULL`)
-
-	// qInsertAttemptsMulti records ended attempts.
-	qInsertAttemptsMulti = newMultiRow(`WITH a(tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-    outcome, error_code, error_message, error_retryable, retry_delay_ns) AS (VALUES `, 12, `)
+	// qSpillAttempts moves the oldest record of the rows' jobs (whose
+	// attempt logs are full: store.Leave.Spill) to job_attempts, before
+	// qLeaveLeases appends:
+	// the record is what is read back; the columns are filled from it
+	// (times to the microsecond as julianday resolves them).
+	qSpillAttempts = newMultiRow(`WITH u(tenant, id) AS (VALUES `, 2, `), s AS (
+    SELECT j.tenant, j.id, json_extract(j.attempt_log, '$[0]') AS r
+    FROM u JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id)
 INSERT INTO job_attempts (tenant, job_id, attempt, generation, worker_id, claimed_at, finished_at,
-    outcome, error_code, error_message, error_retryable, retry_delay_ns)
-SELECT * FROM a WHERE a.tenant IS NOT NULL`)
+    outcome, error_code, error_message, error_retryable, retry_delay_ns, record)
+SELECT tenant, id, json_extract(r, '$.n'), json_extract(r, '$.g'), json_extract(r, '$.w'),
+    CAST(round((julianday(json_extract(r, '$.c')) - 2440587.5) * 86400000000) AS INTEGER),
+    CAST(round((julianday(json_extract(r, '$.f')) - 2440587.5) * 86400000000) AS INTEGER),
+    json_extract(r, '$.o'), json_extract(r, '$.ec'), json_extract(r, '$.em'), json_extract(r, '$.er'),
+    coalesce(json_extract(r, '$.rd'), 0), r
+FROM s`)
 )
 
 // statements are the queries prepared once per connection (see prepared).
 // Fragments (jobSelect, leaseHeld, claimJobsUpdate, ...) are not statements.
 var statements = append([]string{
 	qGetJob, qInsertJob, qBumpEventSeq, qInsertEvent, qListJobs, qListJobsBasic, qJobExists, qListEvents,
+	qJobHistory, qSpilledAttempts, qAttemptLog,
 	qListAttempts, qGetAttempt, qGetIdempotencyKey, qDeleteIdempotencyKey, qInsertIdempotencyKey,
 	qActiveLeases, qClaimCandidates, qClaimProbeCandidates, qLockExpired, qNextExpiry,
 	qLockLease, qInspectAttempt, qCancelQueued,
 	qRequestCancelLeased, qLatestCheckpoint, qListCheckpoints, qInsertCheckpoint, qTrimCheckpoints,
 	qGetEffect, qListEffects, qInsertEffect, qReReserveEffect, qRecordEffect, qListDeadJobs, qListDeadJobsBasic,
 	qMarkReplayed, qMarkAbandoned, qGetPolicy, qListPolicies, qUpsertPolicy,
-	qSetPaused, qQueueStats, qQueueCounts, qPruneJobIdempotencyKeys, qPruneJobs,
+	qSetPaused, qQueueStats, qQueueCounts, qCountFinished, qPruneJobIdempotencyKeys, qPruneJobs,
 	qPruneIdempotencyKeys, qLiveUniqueHolder, qGetUniqueKey, qPutUniqueKey, qPruneUniqueKeys, qGetBreaker, qGateBreakers, qEnsureBreaker, qUpsertBreaker, qInsertBreakerEvent,
-}, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qInsertEventsMulti, qInsertAttemptsMulti)...)
+}, multiRowStatements(qLeaseJobs, qLockLeases, qLeaveLeases, qRenewLeases, qSpillAttempts)...)

@@ -66,15 +66,18 @@ func (r reportTx) LockLeases(ctx context.Context, refs []store.LeaseRef) (map[in
 	out := make(map[int]store.Held, len(refs))
 	err := qLockLeases.query(ctx, r.tx, args, func(rows *sql.Rows) error {
 		var (
-			reason         string
-			seq, prevDelay int64
-			ord            int
+			reason                 string
+			seq, prevDelay         int64
+			ord                    int
+			leasedUntil, leasedSeq sql.NullInt64
+			logLen                 int
 		)
-		row, err := scanJob(rows, &reason, &seq, &ord, &prevDelay)
+		row, err := scanJob(rows, &reason, &seq, &ord, &prevDelay, &leasedUntil, &leasedSeq, &logLen)
 		if err != nil {
 			return err
 		}
-		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord], PrevRetryDelay: time.Duration(prevDelay)}
+		out[ord] = store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: nows[ord], PrevRetryDelay: time.Duration(prevDelay),
+			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64, AttemptLogLen: logLen}
 		return nil
 	})
 	if err != nil {
@@ -104,14 +107,17 @@ func (r reportTx) LockExpired(ctx context.Context, now time.Time, limit int) ([]
 	var out []store.Held
 	for rows.Next() {
 		var (
-			reason string
-			seq    int64
+			reason                 string
+			seq                    int64
+			leasedUntil, leasedSeq sql.NullInt64
+			logLen                 int
 		)
-		row, err := scanJob(rows, &reason, &seq)
+		row, err := scanJob(rows, &reason, &seq, &leasedUntil, &leasedSeq, &logLen)
 		if err != nil {
 			return nil, fmt.Errorf("read expired leases: %w", err)
 		}
-		out = append(out, store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: at})
+		out = append(out, store.Held{Job: row.job, CancelReason: reason, EventSeq: seq, Now: at,
+			LeasedUntil: fromNullMicros(leasedUntil), LeasedSeq: leasedSeq.Int64, AttemptLogLen: logLen})
 	}
 	return out, rows.Err()
 }
@@ -138,6 +144,14 @@ func (r reportTx) Inspect(ctx context.Context, refs []store.LeaseRef) (map[int]s
 			return nil, err
 		}
 		got := store.Inspected{Job: row.job}
+		if a, err := loggedAttempt(ctx, r.tx, ref); err != nil || a != nil {
+			if err != nil {
+				return nil, err
+			}
+			got.Attempt = a
+			out[i] = got
+			continue
+		}
 		var (
 			a             = store.Attempt{JobID: ref.Token.JobID, LeaseGeneration: ref.Token.Generation}
 			outcome       string
@@ -161,37 +175,35 @@ func (r reportTx) Inspect(ctx context.Context, refs []store.LeaseRef) (map[int]s
 	return out, nil
 }
 
-// Apply implements store.ReportTx: the jobs' fenced updates, their
-// events and their attempt rows, then the renewals, each a multi-row
-// statement per chunk whose rows carry their own fences.
+// Apply implements store.ReportTx: the jobs' fenced updates, each
+// appending its ended attempt's record to the row (where the transition's
+// events are kept), then the renewals, each a multi-row statement per
+// chunk whose rows carry their own fences.
 func (r reportTx) Apply(ctx context.Context, c store.Changes) error {
 	if n := len(c.Leaves); n > 0 {
 		var (
-			leaves   = make([]any, 0, n*qLeaveLeases.width)
-			attempts = make([]any, 0, n*qInsertAttemptsMulti.width)
-			events   = make([]any, 0, 2*n*qInsertEventsMulti.width)
+			leaves = make([]any, 0, n*qLeaveLeases.width)
+			spills []any
 		)
 		for _, l := range c.Leaves {
 			leaves = append(leaves, leaveArgs(l)...)
-			for k, e := range l.Transition.Events {
-				events = append(events, l.Tenant, l.Token.JobID, l.FirstSeq+int64(k), string(e.Type), micros(l.Now), e.Data)
+			if l.Spill {
+				spills = append(spills, l.Tenant, l.Token.JobID)
 			}
-			attempts = append(attempts, attemptArgs(l)...)
+		}
+		if len(spills) > 0 {
+			if _, err := qSpillAttempts.exec(ctx, r.tx, spills); err != nil {
+				return fmt.Errorf("move attempts out of full logs: %w", err)
+			}
 		}
 		moved, err := qLeaveLeases.exec(ctx, r.tx, leaves)
 		if err != nil {
 			return fmt.Errorf("apply %d transitions: %w", n, err)
 		}
 		// Impossible for the single writer that read the leases; refuse
-		// rather than append events for jobs that did not move.
+		// rather than commit attempts of jobs that did not move.
 		if moved != int64(n) {
 			return fmt.Errorf("apply %d transitions: %d rows moved", n, moved)
-		}
-		if _, err := qInsertEventsMulti.exec(ctx, r.tx, events); err != nil {
-			return fmt.Errorf("append events: %w", err)
-		}
-		if _, err := qInsertAttemptsMulti.exec(ctx, r.tx, attempts); err != nil {
-			return fmt.Errorf("record attempts: %w", err)
 		}
 	}
 	if n := len(c.Renewals); n > 0 {
@@ -240,19 +252,23 @@ func leaveArgs(l store.Leave) []any {
 		result = t.Result
 	}
 	return []any{l.Tenant, l.Token.JobID, l.Token.WorkerID, l.Token.Generation, micros(l.Now), string(t.State),
-		nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events), l.Expired}
+		nullMicros(t.AvailableAt), finished, refund, result, setErr, code, message, retryable, len(t.Events), l.Expired, l.Record, l.Spill}
 }
 
-// attemptArgs are the qInsertAttemptsMulti parameters of the attempt a
-// Leave ends.
-func attemptArgs(l store.Leave) []any {
-	var code, message sql.NullString
-	var retryable sql.NullBool
-	if e := l.Transition.AttemptError; e != nil {
-		code = sql.NullString{String: e.Code, Valid: true}
-		message = sql.NullString{String: e.Message, Valid: true}
-		retryable = sql.NullBool{Bool: e.Retryable, Valid: true}
+// loggedAttempt is the attempt of ref's generation in its job's attempt
+// log, or nil.
+func loggedAttempt(ctx context.Context, q querier, ref store.LeaseRef) (*store.Attempt, error) {
+	var text string
+	if err := q.QueryRowContext(ctx, qAttemptLog, ref.Tenant, ref.Token.JobID).Scan(&text); err != nil {
+		return nil, fmt.Errorf("read attempt log: %w", err)
 	}
-	return []any{l.Tenant, l.Token.JobID, l.Attempt, l.Token.Generation, l.Token.WorkerID,
-		micros(l.ClaimedAt), micros(l.Now), string(l.Transition.Outcome), code, message, retryable, int64(l.Transition.RetryDelay)}
+	log, err := store.DecodeAttemptLog(text)
+	if err != nil {
+		return nil, err
+	}
+	if r := store.FindAttempt(log, ref.Token.Generation); r != nil {
+		a := r.AsAttempt(ref.Token.JobID)
+		return &a, nil
+	}
+	return nil, nil
 }

@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"cmp"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ func metricsTests() group {
 		{"queue metrics count live jobs and the lag of every queue of every tenant in one call", testQueueMetrics},
 		{"queue metrics read 0 for known queues that are empty, not nothing", testQueueMetricsKnownEmpty},
 		{"queue metrics of an empty store are empty", testQueueMetricsEmpty},
+		{"count finished counts the jobs finished in a window by tenant, queue and state", testCountFinished},
+		{"list queue policies returns the stored policies by queue, without counts", testListQueuePolicies},
 	}}
 }
 
@@ -122,5 +127,70 @@ func testQueueMetricsKnownEmpty(t *testing.T, h Harness) {
 		if snap.Queues[i] != want[i] {
 			t.Errorf("queue %d:\n got %+v\nwant %+v", i, snap.Queues[i], want[i])
 		}
+	}
+}
+
+func testCountFinished(t *testing.T, h Harness) {
+	e := setup(t, h)
+	const q, q2 = "f-main", "f-other"
+	done := func(tenant, queue string, finish time.Time) {
+		j := e.mustCreate(tenant, spec(queue), finish.Add(-2*time.Second))
+		e.complete(tenant, e.mustClaim(tenant, workerA, queue, j.ID, finish.Add(-time.Second)).Token, finish)
+	}
+	done(tenantA, q, at(10*time.Second))
+	done(tenantA, q, at(19*time.Second))
+	done(tenantA, q, at(20*time.Second)) // the window's end: the next window's
+	done(tenantA, q, at(9*time.Second))  // before the window
+	done(tenantB, q, at(15*time.Second))
+	e.deadJob(tenantA, q2, at(10*time.Second)) // dies at 12s
+	e.mustCreate(tenantA, spec(q), at(11*time.Second))
+
+	got, err := e.s.CountFinished(e.ctx, store.CountFinishedParams{From: at(10 * time.Second), To: at(20 * time.Second)})
+	if err != nil {
+		t.Fatalf("count finished: %v", err)
+	}
+	slices.SortFunc(got, func(a, b store.FinishedCount) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.State, b.State))
+	})
+	want := []store.FinishedCount{
+		{Tenant: tenantA, Queue: q, State: store.JobStateSucceeded, N: 2},
+		{Tenant: tenantA, Queue: q2, State: store.JobStateDead, N: 1},
+		{Tenant: tenantB, Queue: q, State: store.JobStateSucceeded, N: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("count finished in [10s, 20s):\n got %+v\nwant %+v", got, want)
+	}
+	if got, err := e.s.CountFinished(e.ctx, store.CountFinishedParams{From: at(time.Hour), To: at(2 * time.Hour)}); err != nil || len(got) != 0 {
+		t.Fatalf("count finished of a window without jobs: %+v, %v; want nothing", got, err)
+	}
+	if _, err := e.s.CountFinished(e.ctx, store.CountFinishedParams{From: at(time.Minute), To: at(time.Minute)}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("count finished of an empty window: %v, want ErrInvalid", err)
+	}
+}
+
+func testListQueuePolicies(t *testing.T, h Harness) {
+	e := setup(t, h)
+	if got, err := e.s.ListQueuePolicies(e.ctx, tenantA); err != nil || len(got) != 0 {
+		t.Fatalf("policies of a tenant without any: %+v, %v", got, err)
+	}
+	e.mustCreate(tenantA, spec("p-jobs-only"), base)
+	if _, err := e.s.SetQueuePaused(e.ctx, tenantA, "p-zeta", true); err != nil {
+		t.Fatal(err)
+	}
+	pol := store.DefaultQueuePolicy("p-alpha")
+	pol.ConcurrencyLimit = 7
+	if _, err := e.s.UpdateQueuePolicy(e.ctx, tenantA, pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SetQueuePaused(e.ctx, tenantB, "p-other-tenant", true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.s.ListQueuePolicies(e.ctx, tenantA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Queue != "p-alpha" || got[0].ConcurrencyLimit != 7 || got[0].Paused ||
+		got[1].Queue != "p-zeta" || !got[1].Paused {
+		t.Fatalf("policies of tenant A: %+v; want p-alpha (concurrency 7) then p-zeta (paused)", got)
 	}
 }

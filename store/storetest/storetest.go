@@ -102,6 +102,7 @@ func Run(t *testing.T, h Harness) {
 		uniqueTests(),
 		filterTests(),
 		operationTests(),
+		historyTests(),
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

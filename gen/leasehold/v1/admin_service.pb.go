@@ -22,16 +22,189 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ListQueuesRequest has no filters yet.
-type ListQueuesRequest struct {
+// ConsoleSignInOutcome is how a console sign-in attempt ended.
+type ConsoleSignInOutcome int32
+
+const (
+	// Never sent.
+	ConsoleSignInOutcome_CONSOLE_SIGN_IN_OUTCOME_UNSPECIFIED ConsoleSignInOutcome = 0
+	// The key was valid: a session started.
+	ConsoleSignInOutcome_CONSOLE_SIGN_IN_OUTCOME_SUCCEEDED ConsoleSignInOutcome = 1
+	// The key was refused, missing, or the attempt rate-limited.
+	ConsoleSignInOutcome_CONSOLE_SIGN_IN_OUTCOME_REFUSED ConsoleSignInOutcome = 2
+)
+
+// Enum value maps for ConsoleSignInOutcome.
+var (
+	ConsoleSignInOutcome_name = map[int32]string{
+		0: "CONSOLE_SIGN_IN_OUTCOME_UNSPECIFIED",
+		1: "CONSOLE_SIGN_IN_OUTCOME_SUCCEEDED",
+		2: "CONSOLE_SIGN_IN_OUTCOME_REFUSED",
+	}
+	ConsoleSignInOutcome_value = map[string]int32{
+		"CONSOLE_SIGN_IN_OUTCOME_UNSPECIFIED": 0,
+		"CONSOLE_SIGN_IN_OUTCOME_SUCCEEDED":   1,
+		"CONSOLE_SIGN_IN_OUTCOME_REFUSED":     2,
+	}
+)
+
+func (x ConsoleSignInOutcome) Enum() *ConsoleSignInOutcome {
+	p := new(ConsoleSignInOutcome)
+	*p = x
+	return p
+}
+
+func (x ConsoleSignInOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsoleSignInOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_admin_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ConsoleSignInOutcome) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_admin_service_proto_enumTypes[0]
+}
+
+func (x ConsoleSignInOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsoleSignInOutcome.Descriptor instead.
+func (ConsoleSignInOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{0}
+}
+
+// RecordConsoleSignInRequest is one sign-in attempt.
+type RecordConsoleSignInRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How it ended.
+	Outcome ConsoleSignInOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=leasehold.v1.ConsoleSignInOutcome" json:"outcome,omitempty"`
+	// The browser's address as the console saw it (at most 256 bytes).
+	RemoteAddress string `protobuf:"bytes,2,opt,name=remote_address,json=remoteAddress,proto3" json:"remote_address,omitempty"`
+	// Why it was refused (at most 64 bytes: invalid_key, missing_key,
+	// rate_limited, unavailable, ...). Empty when it succeeded.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For a rate-limited attempt: how many attempts from the address were
+	// refused since the last one recorded (the console records at most one
+	// a minute per address).
+	Refused       int64 `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordConsoleSignInRequest) Reset() {
+	*x = RecordConsoleSignInRequest{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordConsoleSignInRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordConsoleSignInRequest) ProtoMessage() {}
+
+func (x *RecordConsoleSignInRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordConsoleSignInRequest.ProtoReflect.Descriptor instead.
+func (*RecordConsoleSignInRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RecordConsoleSignInRequest) GetOutcome() ConsoleSignInOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConsoleSignInOutcome_CONSOLE_SIGN_IN_OUTCOME_UNSPECIFIED
+}
+
+func (x *RecordConsoleSignInRequest) GetRemoteAddress() string {
+	if x != nil {
+		return x.RemoteAddress
+	}
+	return ""
+}
+
+func (x *RecordConsoleSignInRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RecordConsoleSignInRequest) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+// RecordConsoleSignInResponse is empty.
+type RecordConsoleSignInResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordConsoleSignInResponse) Reset() {
+	*x = RecordConsoleSignInResponse{}
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordConsoleSignInResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordConsoleSignInResponse) ProtoMessage() {}
+
+func (x *RecordConsoleSignInResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordConsoleSignInResponse.ProtoReflect.Descriptor instead.
+func (*RecordConsoleSignInResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{1}
+}
+
+// ListQueuesRequest lists the caller's queues.
+type ListQueuesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How old the counts may be. Unset or zero: counted now, exactly (the
+	// cost follows every job of the tenant, finished ones included). Set:
+	// counts this coordinator took at most this long ago (QueueStats.counted_at
+	// says when), refreshed in the background, so the call does not wait
+	// for a count while a recent one exists. Policies and paused flags are
+	// always read now. At most 10 minutes.
+	MaxStaleness  *durationpb.Duration `protobuf:"bytes,1,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[0]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +216,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[0]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +229,14 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListQueuesRequest) GetMaxStaleness() *durationpb.Duration {
+	if x != nil {
+		return x.MaxStaleness
+	}
+	return nil
 }
 
 // QueueSummary is one queue with its policy and counts.
@@ -72,7 +252,7 @@ type QueueSummary struct {
 
 func (x *QueueSummary) Reset() {
 	*x = QueueSummary{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[1]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -84,7 +264,7 @@ func (x *QueueSummary) String() string {
 func (*QueueSummary) ProtoMessage() {}
 
 func (x *QueueSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[1]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -97,7 +277,7 @@ func (x *QueueSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSummary.ProtoReflect.Descriptor instead.
 func (*QueueSummary) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *QueueSummary) GetPolicy() *QueuePolicy {
@@ -125,7 +305,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -137,7 +317,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[2]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -150,7 +330,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueSummary {
@@ -171,7 +351,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +363,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[3]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +376,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetQueueRequest) GetQueue() string {
@@ -217,7 +397,7 @@ type GetQueueResponse struct {
 
 func (x *GetQueueResponse) Reset() {
 	*x = GetQueueResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +409,7 @@ func (x *GetQueueResponse) String() string {
 func (*GetQueueResponse) ProtoMessage() {}
 
 func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[4]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +422,7 @@ func (x *GetQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetQueueResponse) GetQueue() *QueueSummary {
@@ -263,7 +443,7 @@ type UpdateQueuePolicyRequest struct {
 
 func (x *UpdateQueuePolicyRequest) Reset() {
 	*x = UpdateQueuePolicyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +455,7 @@ func (x *UpdateQueuePolicyRequest) String() string {
 func (*UpdateQueuePolicyRequest) ProtoMessage() {}
 
 func (x *UpdateQueuePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[5]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +468,7 @@ func (x *UpdateQueuePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueuePolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateQueuePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateQueuePolicyRequest) GetPolicy() *QueuePolicy {
@@ -309,7 +489,7 @@ type UpdateQueuePolicyResponse struct {
 
 func (x *UpdateQueuePolicyResponse) Reset() {
 	*x = UpdateQueuePolicyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +501,7 @@ func (x *UpdateQueuePolicyResponse) String() string {
 func (*UpdateQueuePolicyResponse) ProtoMessage() {}
 
 func (x *UpdateQueuePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[6]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +514,7 @@ func (x *UpdateQueuePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateQueuePolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateQueuePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateQueuePolicyResponse) GetPolicy() *QueuePolicy {
@@ -355,7 +535,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +547,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[7]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +560,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PauseQueueRequest) GetQueue() string {
@@ -401,7 +581,7 @@ type PauseQueueResponse struct {
 
 func (x *PauseQueueResponse) Reset() {
 	*x = PauseQueueResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +593,7 @@ func (x *PauseQueueResponse) String() string {
 func (*PauseQueueResponse) ProtoMessage() {}
 
 func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[8]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +606,7 @@ func (x *PauseQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueResponse.ProtoReflect.Descriptor instead.
 func (*PauseQueueResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PauseQueueResponse) GetPolicy() *QueuePolicy {
@@ -447,7 +627,7 @@ type ResumeQueueRequest struct {
 
 func (x *ResumeQueueRequest) Reset() {
 	*x = ResumeQueueRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +639,7 @@ func (x *ResumeQueueRequest) String() string {
 func (*ResumeQueueRequest) ProtoMessage() {}
 
 func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[9]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +652,7 @@ func (x *ResumeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueRequest.ProtoReflect.Descriptor instead.
 func (*ResumeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResumeQueueRequest) GetQueue() string {
@@ -493,7 +673,7 @@ type ResumeQueueResponse struct {
 
 func (x *ResumeQueueResponse) Reset() {
 	*x = ResumeQueueResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +685,7 @@ func (x *ResumeQueueResponse) String() string {
 func (*ResumeQueueResponse) ProtoMessage() {}
 
 func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[10]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +698,7 @@ func (x *ResumeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeQueueResponse.ProtoReflect.Descriptor instead.
 func (*ResumeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResumeQueueResponse) GetPolicy() *QueuePolicy {
@@ -542,14 +722,20 @@ type ListDeadJobsRequest struct {
 	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
 	// result or checkpoint state); JOB_VIEW_FULL for whole jobs. The attempt
 	// history is in both.
-	View          JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,5,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	// A filter string, ANDed with queue and include_abandoned
+	// (docs/filters.md), e.g. `error_code = "TIMEOUT" AND finished >=
+	// "2026-12-01T00:00:00Z"`. Empty = no filter; a filter on states other
+	// than DEAD matches nothing here. Bounds and errors as in
+	// ListJobsRequest.filter.
+	Filter        string `protobuf:"bytes,6,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListDeadJobsRequest) Reset() {
 	*x = ListDeadJobsRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +747,7 @@ func (x *ListDeadJobsRequest) String() string {
 func (*ListDeadJobsRequest) ProtoMessage() {}
 
 func (x *ListDeadJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[11]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +760,7 @@ func (x *ListDeadJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadJobsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDeadJobsRequest) GetQueue() string {
@@ -612,6 +798,13 @@ func (x *ListDeadJobsRequest) GetView() JobView {
 	return JobView_JOB_VIEW_UNSPECIFIED
 }
 
+func (x *ListDeadJobsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
 // ListDeadJobsResponse is one page of dead jobs.
 type ListDeadJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -626,7 +819,7 @@ type ListDeadJobsResponse struct {
 
 func (x *ListDeadJobsResponse) Reset() {
 	*x = ListDeadJobsResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +831,7 @@ func (x *ListDeadJobsResponse) String() string {
 func (*ListDeadJobsResponse) ProtoMessage() {}
 
 func (x *ListDeadJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[12]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +844,7 @@ func (x *ListDeadJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadJobsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDeadJobsResponse) GetDeadJobs() []*DeadJob {
@@ -679,7 +872,7 @@ type GetDeadJobRequest struct {
 
 func (x *GetDeadJobRequest) Reset() {
 	*x = GetDeadJobRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +884,7 @@ func (x *GetDeadJobRequest) String() string {
 func (*GetDeadJobRequest) ProtoMessage() {}
 
 func (x *GetDeadJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[13]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +897,7 @@ func (x *GetDeadJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadJobRequest.ProtoReflect.Descriptor instead.
 func (*GetDeadJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetDeadJobRequest) GetJobId() string {
@@ -725,7 +918,7 @@ type GetDeadJobResponse struct {
 
 func (x *GetDeadJobResponse) Reset() {
 	*x = GetDeadJobResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +930,7 @@ func (x *GetDeadJobResponse) String() string {
 func (*GetDeadJobResponse) ProtoMessage() {}
 
 func (x *GetDeadJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[14]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +943,7 @@ func (x *GetDeadJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadJobResponse.ProtoReflect.Descriptor instead.
 func (*GetDeadJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetDeadJobResponse) GetDeadJob() *DeadJob {
@@ -773,7 +966,7 @@ type ReplayDeadJobRequest struct {
 
 func (x *ReplayDeadJobRequest) Reset() {
 	*x = ReplayDeadJobRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +978,7 @@ func (x *ReplayDeadJobRequest) String() string {
 func (*ReplayDeadJobRequest) ProtoMessage() {}
 
 func (x *ReplayDeadJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[15]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +991,7 @@ func (x *ReplayDeadJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadJobRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplayDeadJobRequest) GetJobId() string {
@@ -829,7 +1022,7 @@ type ReplayDeadJobResponse struct {
 
 func (x *ReplayDeadJobResponse) Reset() {
 	*x = ReplayDeadJobResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1034,7 @@ func (x *ReplayDeadJobResponse) String() string {
 func (*ReplayDeadJobResponse) ProtoMessage() {}
 
 func (x *ReplayDeadJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[16]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1047,7 @@ func (x *ReplayDeadJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadJobResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplayDeadJobResponse) GetJob() *Job {
@@ -884,7 +1077,7 @@ type AbandonDeadJobRequest struct {
 
 func (x *AbandonDeadJobRequest) Reset() {
 	*x = AbandonDeadJobRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1089,7 @@ func (x *AbandonDeadJobRequest) String() string {
 func (*AbandonDeadJobRequest) ProtoMessage() {}
 
 func (x *AbandonDeadJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[17]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1102,7 @@ func (x *AbandonDeadJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonDeadJobRequest.ProtoReflect.Descriptor instead.
 func (*AbandonDeadJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AbandonDeadJobRequest) GetJobId() string {
@@ -937,7 +1130,7 @@ type AbandonDeadJobResponse struct {
 
 func (x *AbandonDeadJobResponse) Reset() {
 	*x = AbandonDeadJobResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1142,7 @@ func (x *AbandonDeadJobResponse) String() string {
 func (*AbandonDeadJobResponse) ProtoMessage() {}
 
 func (x *AbandonDeadJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[18]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1155,7 @@ func (x *AbandonDeadJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbandonDeadJobResponse.ProtoReflect.Descriptor instead.
 func (*AbandonDeadJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AbandonDeadJobResponse) GetDeadJob() *DeadJob {
@@ -981,7 +1174,7 @@ type ListBreakersRequest struct {
 
 func (x *ListBreakersRequest) Reset() {
 	*x = ListBreakersRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[19]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1186,7 @@ func (x *ListBreakersRequest) String() string {
 func (*ListBreakersRequest) ProtoMessage() {}
 
 func (x *ListBreakersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[19]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1199,7 @@ func (x *ListBreakersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakersRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{21}
 }
 
 // ListBreakersResponse lists breakers.
@@ -1020,7 +1213,7 @@ type ListBreakersResponse struct {
 
 func (x *ListBreakersResponse) Reset() {
 	*x = ListBreakersResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[20]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1225,7 @@ func (x *ListBreakersResponse) String() string {
 func (*ListBreakersResponse) ProtoMessage() {}
 
 func (x *ListBreakersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[20]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1238,7 @@ func (x *ListBreakersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakersResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListBreakersResponse) GetBreakers() []*Breaker {
@@ -1066,7 +1259,7 @@ type GetBreakerRequest struct {
 
 func (x *GetBreakerRequest) Reset() {
 	*x = GetBreakerRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1271,7 @@ func (x *GetBreakerRequest) String() string {
 func (*GetBreakerRequest) ProtoMessage() {}
 
 func (x *GetBreakerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[21]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1284,7 @@ func (x *GetBreakerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakerRequest.ProtoReflect.Descriptor instead.
 func (*GetBreakerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetBreakerRequest) GetDependency() string {
@@ -1112,7 +1305,7 @@ type GetBreakerResponse struct {
 
 func (x *GetBreakerResponse) Reset() {
 	*x = GetBreakerResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1317,7 @@ func (x *GetBreakerResponse) String() string {
 func (*GetBreakerResponse) ProtoMessage() {}
 
 func (x *GetBreakerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[22]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1330,7 @@ func (x *GetBreakerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakerResponse.ProtoReflect.Descriptor instead.
 func (*GetBreakerResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetBreakerResponse) GetBreaker() *Breaker {
@@ -1160,7 +1353,7 @@ type ResetBreakerRequest struct {
 
 func (x *ResetBreakerRequest) Reset() {
 	*x = ResetBreakerRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1365,7 @@ func (x *ResetBreakerRequest) String() string {
 func (*ResetBreakerRequest) ProtoMessage() {}
 
 func (x *ResetBreakerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[23]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1378,7 @@ func (x *ResetBreakerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBreakerRequest.ProtoReflect.Descriptor instead.
 func (*ResetBreakerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetBreakerRequest) GetDependency() string {
@@ -1218,7 +1411,7 @@ type ForceOpenBreakerRequest struct {
 
 func (x *ForceOpenBreakerRequest) Reset() {
 	*x = ForceOpenBreakerRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1423,7 @@ func (x *ForceOpenBreakerRequest) String() string {
 func (*ForceOpenBreakerRequest) ProtoMessage() {}
 
 func (x *ForceOpenBreakerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[24]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1436,7 @@ func (x *ForceOpenBreakerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceOpenBreakerRequest.ProtoReflect.Descriptor instead.
 func (*ForceOpenBreakerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForceOpenBreakerRequest) GetDependency() string {
@@ -1278,7 +1471,7 @@ type ForceOpenBreakerResponse struct {
 
 func (x *ForceOpenBreakerResponse) Reset() {
 	*x = ForceOpenBreakerResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1483,7 @@ func (x *ForceOpenBreakerResponse) String() string {
 func (*ForceOpenBreakerResponse) ProtoMessage() {}
 
 func (x *ForceOpenBreakerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[25]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1496,7 @@ func (x *ForceOpenBreakerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceOpenBreakerResponse.ProtoReflect.Descriptor instead.
 func (*ForceOpenBreakerResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForceOpenBreakerResponse) GetBreaker() *Breaker {
@@ -1324,7 +1517,7 @@ type UpdateBreakerPolicyRequest struct {
 
 func (x *UpdateBreakerPolicyRequest) Reset() {
 	*x = UpdateBreakerPolicyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1529,7 @@ func (x *UpdateBreakerPolicyRequest) String() string {
 func (*UpdateBreakerPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateBreakerPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[26]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1542,7 @@ func (x *UpdateBreakerPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBreakerPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBreakerPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateBreakerPolicyRequest) GetPolicy() *BreakerPolicy {
@@ -1370,7 +1563,7 @@ type UpdateBreakerPolicyResponse struct {
 
 func (x *UpdateBreakerPolicyResponse) Reset() {
 	*x = UpdateBreakerPolicyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1575,7 @@ func (x *UpdateBreakerPolicyResponse) String() string {
 func (*UpdateBreakerPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateBreakerPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[27]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1588,7 @@ func (x *UpdateBreakerPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBreakerPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateBreakerPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateBreakerPolicyResponse) GetBreaker() *Breaker {
@@ -1420,7 +1613,7 @@ type ListBreakerEventsRequest struct {
 
 func (x *ListBreakerEventsRequest) Reset() {
 	*x = ListBreakerEventsRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1625,7 @@ func (x *ListBreakerEventsRequest) String() string {
 func (*ListBreakerEventsRequest) ProtoMessage() {}
 
 func (x *ListBreakerEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[28]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1638,7 @@ func (x *ListBreakerEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakerEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakerEventsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListBreakerEventsRequest) GetDependency() string {
@@ -1480,7 +1673,7 @@ type ListBreakerEventsResponse struct {
 
 func (x *ListBreakerEventsResponse) Reset() {
 	*x = ListBreakerEventsResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1685,7 @@ func (x *ListBreakerEventsResponse) String() string {
 func (*ListBreakerEventsResponse) ProtoMessage() {}
 
 func (x *ListBreakerEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[29]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1698,7 @@ func (x *ListBreakerEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakerEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakerEventsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListBreakerEventsResponse) GetEvents() []*BreakerEvent {
@@ -1526,7 +1719,7 @@ type ResetBreakerResponse struct {
 
 func (x *ResetBreakerResponse) Reset() {
 	*x = ResetBreakerResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1731,7 @@ func (x *ResetBreakerResponse) String() string {
 func (*ResetBreakerResponse) ProtoMessage() {}
 
 func (x *ResetBreakerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[30]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1744,7 @@ func (x *ResetBreakerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBreakerResponse.ProtoReflect.Descriptor instead.
 func (*ResetBreakerResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResetBreakerResponse) GetBreaker() *Breaker {
@@ -1570,7 +1763,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1775,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[31]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1788,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{33}
 }
 
 // ListWorkersResponse lists connected workers.
@@ -1609,7 +1802,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1814,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[32]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1827,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*WorkerInfo {
@@ -1667,7 +1860,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1872,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[33]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1885,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateApiKeyRequest) GetName() string {
@@ -1746,7 +1939,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1951,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[34]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1964,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateApiKeyResponse) GetPrincipal() *Principal {
@@ -1799,7 +1992,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2004,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[35]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2017,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListApiKeysRequest) GetIncludeRevoked() bool {
@@ -1845,7 +2038,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2050,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[36]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2063,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListApiKeysResponse) GetPrincipals() []*Principal {
@@ -1891,7 +2084,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2096,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[37]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2109,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeApiKeyRequest) GetId() string {
@@ -1937,7 +2130,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2142,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[38]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2155,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RevokeApiKeyResponse) GetPrincipal() *Principal {
@@ -1985,7 +2178,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2190,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[39]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2203,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -2040,7 +2233,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2245,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[40]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2258,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -2093,7 +2286,7 @@ type ReleaseWorkerBindingRequest struct {
 
 func (x *ReleaseWorkerBindingRequest) Reset() {
 	*x = ReleaseWorkerBindingRequest{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2298,7 @@ func (x *ReleaseWorkerBindingRequest) String() string {
 func (*ReleaseWorkerBindingRequest) ProtoMessage() {}
 
 func (x *ReleaseWorkerBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[41]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2311,7 @@ func (x *ReleaseWorkerBindingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseWorkerBindingRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseWorkerBindingRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseWorkerBindingRequest) GetWorkerId() string {
@@ -2139,7 +2332,7 @@ type ReleaseWorkerBindingResponse struct {
 
 func (x *ReleaseWorkerBindingResponse) Reset() {
 	*x = ReleaseWorkerBindingResponse{}
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2344,7 @@ func (x *ReleaseWorkerBindingResponse) String() string {
 func (*ReleaseWorkerBindingResponse) ProtoMessage() {}
 
 func (x *ReleaseWorkerBindingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_admin_service_proto_msgTypes[42]
+	mi := &file_leasehold_v1_admin_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2357,7 @@ func (x *ReleaseWorkerBindingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseWorkerBindingResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseWorkerBindingResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_admin_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleaseWorkerBindingResponse) GetPreviousOwnerId() string {
@@ -2178,8 +2371,15 @@ var File_leasehold_v1_admin_service_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
-	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\x13\n" +
-	"\x11ListQueuesRequest\"q\n" +
+	" leasehold/v1/admin_service.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bleasehold/v1/identity.proto\x1a\x18leasehold/v1/types.proto\"\xb3\x01\n" +
+	"\x1aRecordConsoleSignInRequest\x12<\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\".leasehold.v1.ConsoleSignInOutcomeR\aoutcome\x12%\n" +
+	"\x0eremote_address\x18\x02 \x01(\tR\rremoteAddress\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\x03R\arefused\"\x1d\n" +
+	"\x1bRecordConsoleSignInResponse\"S\n" +
+	"\x11ListQueuesRequest\x12>\n" +
+	"\rmax_staleness\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fmaxStaleness\"q\n" +
 	"\fQueueSummary\x121\n" +
 	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\x12.\n" +
 	"\x05stats\x18\x02 \x01(\v2\x18.leasehold.v1.QueueStatsR\x05stats\"H\n" +
@@ -2200,14 +2400,15 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x12ResumeQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"H\n" +
 	"\x13ResumeQueueResponse\x121\n" +
-	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xbf\x01\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.leasehold.v1.QueuePolicyR\x06policy\"\xd7\x01\n" +
 	"\x13ListDeadJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
 	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\x12)\n" +
-	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"r\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\x12\x16\n" +
+	"\x06filter\x18\x06 \x01(\tR\x06filter\"r\n" +
 	"\x14ListDeadJobsResponse\x122\n" +
 	"\tdead_jobs\x18\x01 \x03(\v2\x15.leasehold.v1.DeadJobR\bdeadJobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
@@ -2294,7 +2495,11 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\x1bReleaseWorkerBindingRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"J\n" +
 	"\x1cReleaseWorkerBindingResponse\x12*\n" +
-	"\x11previous_owner_id\x18\x01 \x01(\tR\x0fpreviousOwnerId2\xed\x0e\n" +
+	"\x11previous_owner_id\x18\x01 \x01(\tR\x0fpreviousOwnerId*\x8b\x01\n" +
+	"\x14ConsoleSignInOutcome\x12'\n" +
+	"#CONSOLE_SIGN_IN_OUTCOME_UNSPECIFIED\x10\x00\x12%\n" +
+	"!CONSOLE_SIGN_IN_OUTCOME_SUCCEEDED\x10\x01\x12#\n" +
+	"\x1fCONSOLE_SIGN_IN_OUTCOME_REFUSED\x10\x022\xd9\x0f\n" +
 	"\fAdminService\x12O\n" +
 	"\n" +
 	"ListQueues\x12\x1f.leasehold.v1.ListQueuesRequest\x1a .leasehold.v1.ListQueuesResponse\x12I\n" +
@@ -2320,7 +2525,8 @@ const file_leasehold_v1_admin_service_proto_rawDesc = "" +
 	"\vListApiKeys\x12 .leasehold.v1.ListApiKeysRequest\x1a!.leasehold.v1.ListApiKeysResponse\x12U\n" +
 	"\fRevokeApiKey\x12!.leasehold.v1.RevokeApiKeyRequest\x1a\".leasehold.v1.RevokeApiKeyResponse\x12^\n" +
 	"\x0fListAuditEvents\x12$.leasehold.v1.ListAuditEventsRequest\x1a%.leasehold.v1.ListAuditEventsResponse\x12m\n" +
-	"\x14ReleaseWorkerBinding\x12).leasehold.v1.ReleaseWorkerBindingRequest\x1a*.leasehold.v1.ReleaseWorkerBindingResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x14ReleaseWorkerBinding\x12).leasehold.v1.ReleaseWorkerBindingRequest\x1a*.leasehold.v1.ReleaseWorkerBindingResponse\x12j\n" +
+	"\x13RecordConsoleSignIn\x12(.leasehold.v1.RecordConsoleSignInRequest\x1a).leasehold.v1.RecordConsoleSignInResponseB=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_admin_service_proto_rawDescOnce sync.Once
@@ -2334,140 +2540,148 @@ func file_leasehold_v1_admin_service_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_admin_service_proto_rawDescData
 }
 
-var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_leasehold_v1_admin_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_leasehold_v1_admin_service_proto_goTypes = []any{
-	(*ListQueuesRequest)(nil),            // 0: leasehold.v1.ListQueuesRequest
-	(*QueueSummary)(nil),                 // 1: leasehold.v1.QueueSummary
-	(*ListQueuesResponse)(nil),           // 2: leasehold.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),              // 3: leasehold.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),             // 4: leasehold.v1.GetQueueResponse
-	(*UpdateQueuePolicyRequest)(nil),     // 5: leasehold.v1.UpdateQueuePolicyRequest
-	(*UpdateQueuePolicyResponse)(nil),    // 6: leasehold.v1.UpdateQueuePolicyResponse
-	(*PauseQueueRequest)(nil),            // 7: leasehold.v1.PauseQueueRequest
-	(*PauseQueueResponse)(nil),           // 8: leasehold.v1.PauseQueueResponse
-	(*ResumeQueueRequest)(nil),           // 9: leasehold.v1.ResumeQueueRequest
-	(*ResumeQueueResponse)(nil),          // 10: leasehold.v1.ResumeQueueResponse
-	(*ListDeadJobsRequest)(nil),          // 11: leasehold.v1.ListDeadJobsRequest
-	(*ListDeadJobsResponse)(nil),         // 12: leasehold.v1.ListDeadJobsResponse
-	(*GetDeadJobRequest)(nil),            // 13: leasehold.v1.GetDeadJobRequest
-	(*GetDeadJobResponse)(nil),           // 14: leasehold.v1.GetDeadJobResponse
-	(*ReplayDeadJobRequest)(nil),         // 15: leasehold.v1.ReplayDeadJobRequest
-	(*ReplayDeadJobResponse)(nil),        // 16: leasehold.v1.ReplayDeadJobResponse
-	(*AbandonDeadJobRequest)(nil),        // 17: leasehold.v1.AbandonDeadJobRequest
-	(*AbandonDeadJobResponse)(nil),       // 18: leasehold.v1.AbandonDeadJobResponse
-	(*ListBreakersRequest)(nil),          // 19: leasehold.v1.ListBreakersRequest
-	(*ListBreakersResponse)(nil),         // 20: leasehold.v1.ListBreakersResponse
-	(*GetBreakerRequest)(nil),            // 21: leasehold.v1.GetBreakerRequest
-	(*GetBreakerResponse)(nil),           // 22: leasehold.v1.GetBreakerResponse
-	(*ResetBreakerRequest)(nil),          // 23: leasehold.v1.ResetBreakerRequest
-	(*ForceOpenBreakerRequest)(nil),      // 24: leasehold.v1.ForceOpenBreakerRequest
-	(*ForceOpenBreakerResponse)(nil),     // 25: leasehold.v1.ForceOpenBreakerResponse
-	(*UpdateBreakerPolicyRequest)(nil),   // 26: leasehold.v1.UpdateBreakerPolicyRequest
-	(*UpdateBreakerPolicyResponse)(nil),  // 27: leasehold.v1.UpdateBreakerPolicyResponse
-	(*ListBreakerEventsRequest)(nil),     // 28: leasehold.v1.ListBreakerEventsRequest
-	(*ListBreakerEventsResponse)(nil),    // 29: leasehold.v1.ListBreakerEventsResponse
-	(*ResetBreakerResponse)(nil),         // 30: leasehold.v1.ResetBreakerResponse
-	(*ListWorkersRequest)(nil),           // 31: leasehold.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),          // 32: leasehold.v1.ListWorkersResponse
-	(*CreateApiKeyRequest)(nil),          // 33: leasehold.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),         // 34: leasehold.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),           // 35: leasehold.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),          // 36: leasehold.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),          // 37: leasehold.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),         // 38: leasehold.v1.RevokeApiKeyResponse
-	(*ListAuditEventsRequest)(nil),       // 39: leasehold.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),      // 40: leasehold.v1.ListAuditEventsResponse
-	(*ReleaseWorkerBindingRequest)(nil),  // 41: leasehold.v1.ReleaseWorkerBindingRequest
-	(*ReleaseWorkerBindingResponse)(nil), // 42: leasehold.v1.ReleaseWorkerBindingResponse
-	(*QueuePolicy)(nil),                  // 43: leasehold.v1.QueuePolicy
-	(*QueueStats)(nil),                   // 44: leasehold.v1.QueueStats
-	(JobView)(0),                         // 45: leasehold.v1.JobView
-	(*DeadJob)(nil),                      // 46: leasehold.v1.DeadJob
-	(*Job)(nil),                          // 47: leasehold.v1.Job
-	(*Breaker)(nil),                      // 48: leasehold.v1.Breaker
-	(*durationpb.Duration)(nil),          // 49: google.protobuf.Duration
-	(*BreakerPolicy)(nil),                // 50: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),                 // 51: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),                   // 52: leasehold.v1.WorkerInfo
-	(Role)(0),                            // 53: leasehold.v1.Role
-	(*Principal)(nil),                    // 54: leasehold.v1.Principal
-	(*AuditEvent)(nil),                   // 55: leasehold.v1.AuditEvent
+	(ConsoleSignInOutcome)(0),            // 0: leasehold.v1.ConsoleSignInOutcome
+	(*RecordConsoleSignInRequest)(nil),   // 1: leasehold.v1.RecordConsoleSignInRequest
+	(*RecordConsoleSignInResponse)(nil),  // 2: leasehold.v1.RecordConsoleSignInResponse
+	(*ListQueuesRequest)(nil),            // 3: leasehold.v1.ListQueuesRequest
+	(*QueueSummary)(nil),                 // 4: leasehold.v1.QueueSummary
+	(*ListQueuesResponse)(nil),           // 5: leasehold.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),              // 6: leasehold.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),             // 7: leasehold.v1.GetQueueResponse
+	(*UpdateQueuePolicyRequest)(nil),     // 8: leasehold.v1.UpdateQueuePolicyRequest
+	(*UpdateQueuePolicyResponse)(nil),    // 9: leasehold.v1.UpdateQueuePolicyResponse
+	(*PauseQueueRequest)(nil),            // 10: leasehold.v1.PauseQueueRequest
+	(*PauseQueueResponse)(nil),           // 11: leasehold.v1.PauseQueueResponse
+	(*ResumeQueueRequest)(nil),           // 12: leasehold.v1.ResumeQueueRequest
+	(*ResumeQueueResponse)(nil),          // 13: leasehold.v1.ResumeQueueResponse
+	(*ListDeadJobsRequest)(nil),          // 14: leasehold.v1.ListDeadJobsRequest
+	(*ListDeadJobsResponse)(nil),         // 15: leasehold.v1.ListDeadJobsResponse
+	(*GetDeadJobRequest)(nil),            // 16: leasehold.v1.GetDeadJobRequest
+	(*GetDeadJobResponse)(nil),           // 17: leasehold.v1.GetDeadJobResponse
+	(*ReplayDeadJobRequest)(nil),         // 18: leasehold.v1.ReplayDeadJobRequest
+	(*ReplayDeadJobResponse)(nil),        // 19: leasehold.v1.ReplayDeadJobResponse
+	(*AbandonDeadJobRequest)(nil),        // 20: leasehold.v1.AbandonDeadJobRequest
+	(*AbandonDeadJobResponse)(nil),       // 21: leasehold.v1.AbandonDeadJobResponse
+	(*ListBreakersRequest)(nil),          // 22: leasehold.v1.ListBreakersRequest
+	(*ListBreakersResponse)(nil),         // 23: leasehold.v1.ListBreakersResponse
+	(*GetBreakerRequest)(nil),            // 24: leasehold.v1.GetBreakerRequest
+	(*GetBreakerResponse)(nil),           // 25: leasehold.v1.GetBreakerResponse
+	(*ResetBreakerRequest)(nil),          // 26: leasehold.v1.ResetBreakerRequest
+	(*ForceOpenBreakerRequest)(nil),      // 27: leasehold.v1.ForceOpenBreakerRequest
+	(*ForceOpenBreakerResponse)(nil),     // 28: leasehold.v1.ForceOpenBreakerResponse
+	(*UpdateBreakerPolicyRequest)(nil),   // 29: leasehold.v1.UpdateBreakerPolicyRequest
+	(*UpdateBreakerPolicyResponse)(nil),  // 30: leasehold.v1.UpdateBreakerPolicyResponse
+	(*ListBreakerEventsRequest)(nil),     // 31: leasehold.v1.ListBreakerEventsRequest
+	(*ListBreakerEventsResponse)(nil),    // 32: leasehold.v1.ListBreakerEventsResponse
+	(*ResetBreakerResponse)(nil),         // 33: leasehold.v1.ResetBreakerResponse
+	(*ListWorkersRequest)(nil),           // 34: leasehold.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),          // 35: leasehold.v1.ListWorkersResponse
+	(*CreateApiKeyRequest)(nil),          // 36: leasehold.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),         // 37: leasehold.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),           // 38: leasehold.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),          // 39: leasehold.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),          // 40: leasehold.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),         // 41: leasehold.v1.RevokeApiKeyResponse
+	(*ListAuditEventsRequest)(nil),       // 42: leasehold.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),      // 43: leasehold.v1.ListAuditEventsResponse
+	(*ReleaseWorkerBindingRequest)(nil),  // 44: leasehold.v1.ReleaseWorkerBindingRequest
+	(*ReleaseWorkerBindingResponse)(nil), // 45: leasehold.v1.ReleaseWorkerBindingResponse
+	(*durationpb.Duration)(nil),          // 46: google.protobuf.Duration
+	(*QueuePolicy)(nil),                  // 47: leasehold.v1.QueuePolicy
+	(*QueueStats)(nil),                   // 48: leasehold.v1.QueueStats
+	(JobView)(0),                         // 49: leasehold.v1.JobView
+	(*DeadJob)(nil),                      // 50: leasehold.v1.DeadJob
+	(*Job)(nil),                          // 51: leasehold.v1.Job
+	(*Breaker)(nil),                      // 52: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),                // 53: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),                 // 54: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),                   // 55: leasehold.v1.WorkerInfo
+	(Role)(0),                            // 56: leasehold.v1.Role
+	(*Principal)(nil),                    // 57: leasehold.v1.Principal
+	(*AuditEvent)(nil),                   // 58: leasehold.v1.AuditEvent
 }
 var file_leasehold_v1_admin_service_proto_depIdxs = []int32{
-	43, // 0: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
-	44, // 1: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
-	1,  // 2: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
-	1,  // 3: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
-	43, // 4: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 5: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 6: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	43, // 7: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
-	45, // 8: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
-	46, // 9: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
-	46, // 10: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	47, // 11: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
-	46, // 12: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
-	48, // 13: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
-	48, // 14: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	49, // 15: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
-	48, // 16: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	50, // 17: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
-	48, // 18: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
-	51, // 19: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
-	48, // 20: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
-	52, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
-	53, // 22: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
-	54, // 23: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	54, // 24: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
-	54, // 25: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
-	55, // 26: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
-	0,  // 27: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
-	3,  // 28: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
-	5,  // 29: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
-	7,  // 30: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
-	9,  // 31: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
-	11, // 32: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
-	13, // 33: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
-	15, // 34: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
-	17, // 35: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
-	19, // 36: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
-	21, // 37: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
-	23, // 38: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
-	24, // 39: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
-	26, // 40: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
-	28, // 41: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
-	31, // 42: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	33, // 43: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
-	35, // 44: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
-	37, // 45: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
-	39, // 46: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
-	41, // 47: leasehold.v1.AdminService.ReleaseWorkerBinding:input_type -> leasehold.v1.ReleaseWorkerBindingRequest
-	2,  // 48: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
-	4,  // 49: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
-	6,  // 50: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
-	8,  // 51: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
-	10, // 52: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
-	12, // 53: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
-	14, // 54: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
-	16, // 55: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
-	18, // 56: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
-	20, // 57: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
-	22, // 58: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
-	30, // 59: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
-	25, // 60: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
-	27, // 61: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
-	29, // 62: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
-	32, // 63: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	34, // 64: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
-	36, // 65: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
-	38, // 66: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
-	40, // 67: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
-	42, // 68: leasehold.v1.AdminService.ReleaseWorkerBinding:output_type -> leasehold.v1.ReleaseWorkerBindingResponse
-	48, // [48:69] is the sub-list for method output_type
-	27, // [27:48] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	0,  // 0: leasehold.v1.RecordConsoleSignInRequest.outcome:type_name -> leasehold.v1.ConsoleSignInOutcome
+	46, // 1: leasehold.v1.ListQueuesRequest.max_staleness:type_name -> google.protobuf.Duration
+	47, // 2: leasehold.v1.QueueSummary.policy:type_name -> leasehold.v1.QueuePolicy
+	48, // 3: leasehold.v1.QueueSummary.stats:type_name -> leasehold.v1.QueueStats
+	4,  // 4: leasehold.v1.ListQueuesResponse.queues:type_name -> leasehold.v1.QueueSummary
+	4,  // 5: leasehold.v1.GetQueueResponse.queue:type_name -> leasehold.v1.QueueSummary
+	47, // 6: leasehold.v1.UpdateQueuePolicyRequest.policy:type_name -> leasehold.v1.QueuePolicy
+	47, // 7: leasehold.v1.UpdateQueuePolicyResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	47, // 8: leasehold.v1.PauseQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	47, // 9: leasehold.v1.ResumeQueueResponse.policy:type_name -> leasehold.v1.QueuePolicy
+	49, // 10: leasehold.v1.ListDeadJobsRequest.view:type_name -> leasehold.v1.JobView
+	50, // 11: leasehold.v1.ListDeadJobsResponse.dead_jobs:type_name -> leasehold.v1.DeadJob
+	50, // 12: leasehold.v1.GetDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	51, // 13: leasehold.v1.ReplayDeadJobResponse.job:type_name -> leasehold.v1.Job
+	50, // 14: leasehold.v1.AbandonDeadJobResponse.dead_job:type_name -> leasehold.v1.DeadJob
+	52, // 15: leasehold.v1.ListBreakersResponse.breakers:type_name -> leasehold.v1.Breaker
+	52, // 16: leasehold.v1.GetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	46, // 17: leasehold.v1.ForceOpenBreakerRequest.duration:type_name -> google.protobuf.Duration
+	52, // 18: leasehold.v1.ForceOpenBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	53, // 19: leasehold.v1.UpdateBreakerPolicyRequest.policy:type_name -> leasehold.v1.BreakerPolicy
+	52, // 20: leasehold.v1.UpdateBreakerPolicyResponse.breaker:type_name -> leasehold.v1.Breaker
+	54, // 21: leasehold.v1.ListBreakerEventsResponse.events:type_name -> leasehold.v1.BreakerEvent
+	52, // 22: leasehold.v1.ResetBreakerResponse.breaker:type_name -> leasehold.v1.Breaker
+	55, // 23: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.WorkerInfo
+	56, // 24: leasehold.v1.CreateApiKeyRequest.role:type_name -> leasehold.v1.Role
+	57, // 25: leasehold.v1.CreateApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	57, // 26: leasehold.v1.ListApiKeysResponse.principals:type_name -> leasehold.v1.Principal
+	57, // 27: leasehold.v1.RevokeApiKeyResponse.principal:type_name -> leasehold.v1.Principal
+	58, // 28: leasehold.v1.ListAuditEventsResponse.events:type_name -> leasehold.v1.AuditEvent
+	3,  // 29: leasehold.v1.AdminService.ListQueues:input_type -> leasehold.v1.ListQueuesRequest
+	6,  // 30: leasehold.v1.AdminService.GetQueue:input_type -> leasehold.v1.GetQueueRequest
+	8,  // 31: leasehold.v1.AdminService.UpdateQueuePolicy:input_type -> leasehold.v1.UpdateQueuePolicyRequest
+	10, // 32: leasehold.v1.AdminService.PauseQueue:input_type -> leasehold.v1.PauseQueueRequest
+	12, // 33: leasehold.v1.AdminService.ResumeQueue:input_type -> leasehold.v1.ResumeQueueRequest
+	14, // 34: leasehold.v1.AdminService.ListDeadJobs:input_type -> leasehold.v1.ListDeadJobsRequest
+	16, // 35: leasehold.v1.AdminService.GetDeadJob:input_type -> leasehold.v1.GetDeadJobRequest
+	18, // 36: leasehold.v1.AdminService.ReplayDeadJob:input_type -> leasehold.v1.ReplayDeadJobRequest
+	20, // 37: leasehold.v1.AdminService.AbandonDeadJob:input_type -> leasehold.v1.AbandonDeadJobRequest
+	22, // 38: leasehold.v1.AdminService.ListBreakers:input_type -> leasehold.v1.ListBreakersRequest
+	24, // 39: leasehold.v1.AdminService.GetBreaker:input_type -> leasehold.v1.GetBreakerRequest
+	26, // 40: leasehold.v1.AdminService.ResetBreaker:input_type -> leasehold.v1.ResetBreakerRequest
+	27, // 41: leasehold.v1.AdminService.ForceOpenBreaker:input_type -> leasehold.v1.ForceOpenBreakerRequest
+	29, // 42: leasehold.v1.AdminService.UpdateBreakerPolicy:input_type -> leasehold.v1.UpdateBreakerPolicyRequest
+	31, // 43: leasehold.v1.AdminService.ListBreakerEvents:input_type -> leasehold.v1.ListBreakerEventsRequest
+	34, // 44: leasehold.v1.AdminService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	36, // 45: leasehold.v1.AdminService.CreateApiKey:input_type -> leasehold.v1.CreateApiKeyRequest
+	38, // 46: leasehold.v1.AdminService.ListApiKeys:input_type -> leasehold.v1.ListApiKeysRequest
+	40, // 47: leasehold.v1.AdminService.RevokeApiKey:input_type -> leasehold.v1.RevokeApiKeyRequest
+	42, // 48: leasehold.v1.AdminService.ListAuditEvents:input_type -> leasehold.v1.ListAuditEventsRequest
+	44, // 49: leasehold.v1.AdminService.ReleaseWorkerBinding:input_type -> leasehold.v1.ReleaseWorkerBindingRequest
+	1,  // 50: leasehold.v1.AdminService.RecordConsoleSignIn:input_type -> leasehold.v1.RecordConsoleSignInRequest
+	5,  // 51: leasehold.v1.AdminService.ListQueues:output_type -> leasehold.v1.ListQueuesResponse
+	7,  // 52: leasehold.v1.AdminService.GetQueue:output_type -> leasehold.v1.GetQueueResponse
+	9,  // 53: leasehold.v1.AdminService.UpdateQueuePolicy:output_type -> leasehold.v1.UpdateQueuePolicyResponse
+	11, // 54: leasehold.v1.AdminService.PauseQueue:output_type -> leasehold.v1.PauseQueueResponse
+	13, // 55: leasehold.v1.AdminService.ResumeQueue:output_type -> leasehold.v1.ResumeQueueResponse
+	15, // 56: leasehold.v1.AdminService.ListDeadJobs:output_type -> leasehold.v1.ListDeadJobsResponse
+	17, // 57: leasehold.v1.AdminService.GetDeadJob:output_type -> leasehold.v1.GetDeadJobResponse
+	19, // 58: leasehold.v1.AdminService.ReplayDeadJob:output_type -> leasehold.v1.ReplayDeadJobResponse
+	21, // 59: leasehold.v1.AdminService.AbandonDeadJob:output_type -> leasehold.v1.AbandonDeadJobResponse
+	23, // 60: leasehold.v1.AdminService.ListBreakers:output_type -> leasehold.v1.ListBreakersResponse
+	25, // 61: leasehold.v1.AdminService.GetBreaker:output_type -> leasehold.v1.GetBreakerResponse
+	33, // 62: leasehold.v1.AdminService.ResetBreaker:output_type -> leasehold.v1.ResetBreakerResponse
+	28, // 63: leasehold.v1.AdminService.ForceOpenBreaker:output_type -> leasehold.v1.ForceOpenBreakerResponse
+	30, // 64: leasehold.v1.AdminService.UpdateBreakerPolicy:output_type -> leasehold.v1.UpdateBreakerPolicyResponse
+	32, // 65: leasehold.v1.AdminService.ListBreakerEvents:output_type -> leasehold.v1.ListBreakerEventsResponse
+	35, // 66: leasehold.v1.AdminService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	37, // 67: leasehold.v1.AdminService.CreateApiKey:output_type -> leasehold.v1.CreateApiKeyResponse
+	39, // 68: leasehold.v1.AdminService.ListApiKeys:output_type -> leasehold.v1.ListApiKeysResponse
+	41, // 69: leasehold.v1.AdminService.RevokeApiKey:output_type -> leasehold.v1.RevokeApiKeyResponse
+	43, // 70: leasehold.v1.AdminService.ListAuditEvents:output_type -> leasehold.v1.ListAuditEventsResponse
+	45, // 71: leasehold.v1.AdminService.ReleaseWorkerBinding:output_type -> leasehold.v1.ReleaseWorkerBindingResponse
+	2,  // 72: leasehold.v1.AdminService.RecordConsoleSignIn:output_type -> leasehold.v1.RecordConsoleSignInResponse
+	51, // [51:73] is the sub-list for method output_type
+	29, // [29:51] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_admin_service_proto_init() }
@@ -2482,13 +2696,14 @@ func file_leasehold_v1_admin_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_admin_service_proto_rawDesc), len(file_leasehold_v1_admin_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   43,
+			NumEnums:      1,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_leasehold_v1_admin_service_proto_goTypes,
 		DependencyIndexes: file_leasehold_v1_admin_service_proto_depIdxs,
+		EnumInfos:         file_leasehold_v1_admin_service_proto_enumTypes,
 		MessageInfos:      file_leasehold_v1_admin_service_proto_msgTypes,
 	}.Build()
 	File_leasehold_v1_admin_service_proto = out.File

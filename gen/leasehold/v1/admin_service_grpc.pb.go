@@ -40,6 +40,7 @@ const (
 	AdminService_RevokeApiKey_FullMethodName         = "/leasehold.v1.AdminService/RevokeApiKey"
 	AdminService_ListAuditEvents_FullMethodName      = "/leasehold.v1.AdminService/ListAuditEvents"
 	AdminService_ReleaseWorkerBinding_FullMethodName = "/leasehold.v1.AdminService/ReleaseWorkerBinding"
+	AdminService_RecordConsoleSignIn_FullMethodName  = "/leasehold.v1.AdminService/RecordConsoleSignIn"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -121,6 +122,17 @@ type AdminServiceClient interface {
 	// it. Needs an operator or admin without queue scopes; every
 	// coordinator sees it within a minute. Recorded in the audit log.
 	ReleaseWorkerBinding(ctx context.Context, in *ReleaseWorkerBindingRequest, opts ...grpc.CallOption) (*ReleaseWorkerBindingResponse, error)
+	// RecordConsoleSignIn records a web console sign-in attempt in the audit
+	// log. Only a console may call it: every call carries the metadata
+	// "leasehold-console-proof: <unix seconds>:<hex HMAC-SHA256>", the HMAC
+	// of "leasehold console proof\n<unix seconds>" under the console's
+	// session key (Coordinator.ConsoleSessionKey, shared through the
+	// database), within a minute of the coordinator's clock. A succeeded
+	// sign-in is recorded with the signed-in key as the call's credential
+	// (CONSOLE_SIGN_IN, the principal as actor, in its tenant); a refused
+	// one without a key (CONSOLE_SIGN_IN_REFUSED, actor "console", in the
+	// coordinator's --tenant).
+	RecordConsoleSignIn(ctx context.Context, in *RecordConsoleSignInRequest, opts ...grpc.CallOption) (*RecordConsoleSignInResponse, error)
 }
 
 type adminServiceClient struct {
@@ -341,6 +353,16 @@ func (c *adminServiceClient) ReleaseWorkerBinding(ctx context.Context, in *Relea
 	return out, nil
 }
 
+func (c *adminServiceClient) RecordConsoleSignIn(ctx context.Context, in *RecordConsoleSignInRequest, opts ...grpc.CallOption) (*RecordConsoleSignInResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordConsoleSignInResponse)
+	err := c.cc.Invoke(ctx, AdminService_RecordConsoleSignIn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -420,6 +442,17 @@ type AdminServiceServer interface {
 	// it. Needs an operator or admin without queue scopes; every
 	// coordinator sees it within a minute. Recorded in the audit log.
 	ReleaseWorkerBinding(context.Context, *ReleaseWorkerBindingRequest) (*ReleaseWorkerBindingResponse, error)
+	// RecordConsoleSignIn records a web console sign-in attempt in the audit
+	// log. Only a console may call it: every call carries the metadata
+	// "leasehold-console-proof: <unix seconds>:<hex HMAC-SHA256>", the HMAC
+	// of "leasehold console proof\n<unix seconds>" under the console's
+	// session key (Coordinator.ConsoleSessionKey, shared through the
+	// database), within a minute of the coordinator's clock. A succeeded
+	// sign-in is recorded with the signed-in key as the call's credential
+	// (CONSOLE_SIGN_IN, the principal as actor, in its tenant); a refused
+	// one without a key (CONSOLE_SIGN_IN_REFUSED, actor "console", in the
+	// coordinator's --tenant).
+	RecordConsoleSignIn(context.Context, *RecordConsoleSignInRequest) (*RecordConsoleSignInResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -492,6 +525,9 @@ func (UnimplementedAdminServiceServer) ListAuditEvents(context.Context, *ListAud
 }
 func (UnimplementedAdminServiceServer) ReleaseWorkerBinding(context.Context, *ReleaseWorkerBindingRequest) (*ReleaseWorkerBindingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseWorkerBinding not implemented")
+}
+func (UnimplementedAdminServiceServer) RecordConsoleSignIn(context.Context, *RecordConsoleSignInRequest) (*RecordConsoleSignInResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordConsoleSignIn not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -892,6 +928,24 @@ func _AdminService_ReleaseWorkerBinding_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RecordConsoleSignIn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordConsoleSignInRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RecordConsoleSignIn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RecordConsoleSignIn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RecordConsoleSignIn(ctx, req.(*RecordConsoleSignInRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -982,6 +1036,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseWorkerBinding",
 			Handler:    _AdminService_ReleaseWorkerBinding_Handler,
+		},
+		{
+			MethodName: "RecordConsoleSignIn",
+			Handler:    _AdminService_RecordConsoleSignIn_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -162,6 +162,15 @@ const (
 	// A bulk operation stopped on an error (target: the operation's id;
 	// data: its kind, filter, counts and the error).
 	AuditAction_AUDIT_ACTION_OPERATION_FAILED AuditAction = 23
+	// 20-23: the bulk operations' actions.
+	// AdminService.RecordConsoleSignIn of a sign-in that succeeded (actor:
+	// the principal; target: its id; data: the browser's address).
+	AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN AuditAction = 24
+	// AdminService.RecordConsoleSignIn of a refused sign-in (actor
+	// "console"; target "console"; data: the browser's address, the reason,
+	// and for rate-limited attempts how many were refused since the last
+	// record).
+	AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED AuditAction = 25
 )
 
 // Enum value maps for AuditAction.
@@ -191,6 +200,8 @@ var (
 		21: "AUDIT_ACTION_OPERATION_FINISHED",
 		22: "AUDIT_ACTION_OPERATION_CANCELLED",
 		23: "AUDIT_ACTION_OPERATION_FAILED",
+		24: "AUDIT_ACTION_CONSOLE_SIGN_IN",
+		25: "AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED",
 	}
 	AuditAction_value = map[string]int32{
 		"AUDIT_ACTION_UNSPECIFIED":             0,
@@ -217,6 +228,8 @@ var (
 		"AUDIT_ACTION_OPERATION_FINISHED":      21,
 		"AUDIT_ACTION_OPERATION_CANCELLED":     22,
 		"AUDIT_ACTION_OPERATION_FAILED":        23,
+		"AUDIT_ACTION_CONSOLE_SIGN_IN":         24,
+		"AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED": 25,
 	}
 )
 
@@ -527,7 +540,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xe6\x06\n" +
+	"ROLE_ADMIN\x10\x05*\xb2\a\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -553,7 +566,9 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x1eAUDIT_ACTION_OPERATION_STARTED\x10\x14\x12#\n" +
 	"\x1fAUDIT_ACTION_OPERATION_FINISHED\x10\x15\x12$\n" +
 	" AUDIT_ACTION_OPERATION_CANCELLED\x10\x16\x12!\n" +
-	"\x1dAUDIT_ACTION_OPERATION_FAILED\x10\x17B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x1dAUDIT_ACTION_OPERATION_FAILED\x10\x17\x12 \n" +
+	"\x1cAUDIT_ACTION_CONSOLE_SIGN_IN\x10\x18\x12(\n" +
+	"$AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED\x10\x19B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_identity_proto_rawDescOnce sync.Once

@@ -625,7 +625,15 @@ type ListJobsRequest struct {
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// How much of each job to return: unset = JOB_VIEW_BASIC (no payload,
 	// result or checkpoint state); JOB_VIEW_FULL for whole jobs.
-	View          JobView `protobuf:"varint,6,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,6,opt,name=view,proto3,enum=leasehold.v1.JobView" json:"view,omitempty"`
+	// A filter string, ANDed with queue, states and kind (docs/filters.md),
+	// e.g. `queue = "emails" AND state:(QUEUED, LEASED) AND
+	// metadata.customer = "42" AND created >= "2026-12-01T00:00:00Z"`.
+	// Empty = no filter. At most 8 KiB and 32 terms. A filter that does not
+	// parse is INVALID_ARGUMENT with reason INVALID_FILTER and a field
+	// violation on "filter". A page token is only valid with the filter of
+	// the call that returned it.
+	Filter        string `protobuf:"bytes,7,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +708,13 @@ func (x *ListJobsRequest) GetView() JobView {
 		return x.View
 	}
 	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+func (x *ListJobsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
 }
 
 // ListJobsResponse is one page of jobs.
@@ -1323,7 +1338,7 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"5\n" +
 	"\x0eGetJobResponse\x12#\n" +
-	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"\xd2\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"\xea\x01\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12.\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x16.leasehold.v1.JobStateR\x06states\x12\x12\n" +
@@ -1331,7 +1346,8 @@ const file_leasehold_v1_job_service_proto_rawDesc = "" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12)\n" +
-	"\x04view\x18\x06 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\"a\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x15.leasehold.v1.JobViewR\x04view\x12\x16\n" +
+	"\x06filter\x18\a \x01(\tR\x06filter\"a\n" +
 	"\x10ListJobsResponse\x12%\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x11.leasehold.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"A\n" +

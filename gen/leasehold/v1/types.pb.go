@@ -1878,7 +1878,13 @@ type QueueStats struct {
 	Paused bool `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
 	// How long the oldest available job has been due (now - available_at):
 	// the queue's lag. Zero when no job is available.
-	Lag           *durationpb.Duration `protobuf:"bytes,10,opt,name=lag,proto3" json:"lag,omitempty"`
+	Lag *durationpb.Duration `protobuf:"bytes,10,opt,name=lag,proto3" json:"lag,omitempty"`
+	// When the counts above were taken (ListQueuesRequest.max_staleness).
+	CountedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=counted_at,json=countedAt,proto3" json:"counted_at,omitempty"`
+	// Jobs of the queue that finished per interval, oldest first, as sampled
+	// by the coordinator that answered (every 10 s by default, the last 30
+	// minutes at most, since it started): the queue's throughput over time.
+	Throughput    []*ThroughputSample `protobuf:"bytes,12,rep,name=throughput,proto3" json:"throughput,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1983,6 +1989,112 @@ func (x *QueueStats) GetLag() *durationpb.Duration {
 	return nil
 }
 
+func (x *QueueStats) GetCountedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CountedAt
+	}
+	return nil
+}
+
+func (x *QueueStats) GetThroughput() []*ThroughputSample {
+	if x != nil {
+		return x.Throughput
+	}
+	return nil
+}
+
+// ThroughputSample counts the jobs of a queue that finished in
+// [start, start + width), by final state.
+type ThroughputSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The interval's start.
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// The interval's length.
+	Width *durationpb.Duration `protobuf:"bytes,2,opt,name=width,proto3" json:"width,omitempty"`
+	// Jobs that succeeded.
+	Succeeded int64 `protobuf:"varint,3,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Jobs that failed for good.
+	Failed int64 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Jobs that went to the dead-letter queue.
+	Dead int64 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
+	// Jobs cancelled.
+	Cancelled     int64 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThroughputSample) Reset() {
+	*x = ThroughputSample{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThroughputSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThroughputSample) ProtoMessage() {}
+
+func (x *ThroughputSample) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThroughputSample.ProtoReflect.Descriptor instead.
+func (*ThroughputSample) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ThroughputSample) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ThroughputSample) GetWidth() *durationpb.Duration {
+	if x != nil {
+		return x.Width
+	}
+	return nil
+}
+
+func (x *ThroughputSample) GetSucceeded() int64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *ThroughputSample) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ThroughputSample) GetDead() int64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *ThroughputSample) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
 // Breaker is a fleet-wide circuit breaker for one (tenant, dependency).
 // While it is open, no coordinator claims jobs of its dependency: they stay
 // QUEUED and spend no attempt; half-open lets the policy's probes through.
@@ -2024,7 +2136,7 @@ type Breaker struct {
 
 func (x *Breaker) Reset() {
 	*x = Breaker{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2148,7 @@ func (x *Breaker) String() string {
 func (*Breaker) ProtoMessage() {}
 
 func (x *Breaker) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[13]
+	mi := &file_leasehold_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2161,7 @@ func (x *Breaker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Breaker.ProtoReflect.Descriptor instead.
 func (*Breaker) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Breaker) GetDependency() string {
@@ -2188,7 +2300,7 @@ type BreakerPolicy struct {
 
 func (x *BreakerPolicy) Reset() {
 	*x = BreakerPolicy{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2312,7 @@ func (x *BreakerPolicy) String() string {
 func (*BreakerPolicy) ProtoMessage() {}
 
 func (x *BreakerPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[14]
+	mi := &file_leasehold_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2325,7 @@ func (x *BreakerPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerPolicy.ProtoReflect.Descriptor instead.
 func (*BreakerPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BreakerPolicy) GetDependency() string {
@@ -2312,7 +2424,7 @@ type BreakerEvent struct {
 
 func (x *BreakerEvent) Reset() {
 	*x = BreakerEvent{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[15]
+	mi := &file_leasehold_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2436,7 @@ func (x *BreakerEvent) String() string {
 func (*BreakerEvent) ProtoMessage() {}
 
 func (x *BreakerEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[15]
+	mi := &file_leasehold_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2449,7 @@ func (x *BreakerEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerEvent.ProtoReflect.Descriptor instead.
 func (*BreakerEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BreakerEvent) GetDependency() string {
@@ -2422,7 +2534,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[16]
+	mi := &file_leasehold_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2546,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[16]
+	mi := &file_leasehold_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2559,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -2666,7 +2778,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\tRateLimit\x12\x16\n" +
 	"\x06starts\x18\x01 \x01(\x05R\x06starts\x125\n" +
 	"\binterval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\binterval\x12\x17\n" +
-	"\aper_key\x18\x03 \x01(\bR\x06perKey\"\x9d\x02\n" +
+	"\aper_key\x18\x03 \x01(\bR\x06perKey\"\x98\x03\n" +
 	"\n" +
 	"QueueStats\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
@@ -2679,7 +2791,19 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x04dead\x18\b \x01(\x03R\x04dead\x12\x16\n" +
 	"\x06paused\x18\t \x01(\bR\x06paused\x12+\n" +
 	"\x03lag\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x03lag\"\xb6\x04\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03lag\x129\n" +
+	"\n" +
+	"counted_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcountedAt\x12>\n" +
+	"\n" +
+	"throughput\x18\f \x03(\v2\x1e.leasehold.v1.ThroughputSampleR\n" +
+	"throughput\"\xdd\x01\n" +
+	"\x10ThroughputSample\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12/\n" +
+	"\x05width\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05width\x12\x1c\n" +
+	"\tsucceeded\x18\x03 \x01(\x03R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x03R\x06failed\x12\x12\n" +
+	"\x04dead\x18\x05 \x01(\x03R\x04dead\x12\x1c\n" +
+	"\tcancelled\x18\x06 \x01(\x03R\tcancelled\"\xb6\x04\n" +
 	"\aBreaker\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -2819,7 +2943,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobView)(0),                  // 0: leasehold.v1.JobView
 	(JobState)(0),                 // 1: leasehold.v1.JobState
@@ -2843,67 +2967,72 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(*QueuePolicy)(nil),           // 19: leasehold.v1.QueuePolicy
 	(*RateLimit)(nil),             // 20: leasehold.v1.RateLimit
 	(*QueueStats)(nil),            // 21: leasehold.v1.QueueStats
-	(*Breaker)(nil),               // 22: leasehold.v1.Breaker
-	(*BreakerPolicy)(nil),         // 23: leasehold.v1.BreakerPolicy
-	(*BreakerEvent)(nil),          // 24: leasehold.v1.BreakerEvent
-	(*WorkerInfo)(nil),            // 25: leasehold.v1.WorkerInfo
-	nil,                           // 26: leasehold.v1.Job.MetadataEntry
-	nil,                           // 27: leasehold.v1.WorkerInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*ThroughputSample)(nil),      // 22: leasehold.v1.ThroughputSample
+	(*Breaker)(nil),               // 23: leasehold.v1.Breaker
+	(*BreakerPolicy)(nil),         // 24: leasehold.v1.BreakerPolicy
+	(*BreakerEvent)(nil),          // 25: leasehold.v1.BreakerEvent
+	(*WorkerInfo)(nil),            // 26: leasehold.v1.WorkerInfo
+	nil,                           // 27: leasehold.v1.Job.MetadataEntry
+	nil,                           // 28: leasehold.v1.WorkerInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
-	28, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
+	29, // 0: leasehold.v1.LeaseInfo.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 1: leasehold.v1.Job.metadata:type_name -> leasehold.v1.Job.MetadataEntry
 	1,  // 2: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
 	10, // 3: leasehold.v1.Job.lease:type_name -> leasehold.v1.LeaseInfo
-	28, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	28, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
-	28, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	29, // 4: leasehold.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	29, // 5: leasehold.v1.Job.available_at:type_name -> google.protobuf.Timestamp
+	29, // 6: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	11, // 7: leasehold.v1.Job.last_error:type_name -> leasehold.v1.JobError
 	14, // 8: leasehold.v1.Job.checkpoint:type_name -> leasehold.v1.Checkpoint
-	28, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
+	29, // 9: leasehold.v1.Job.retry_deadline:type_name -> google.protobuf.Timestamp
 	2,  // 10: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	28, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	28, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	29, // 11: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	29, // 12: leasehold.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 13: leasehold.v1.Effect.status:type_name -> leasehold.v1.EffectStatus
-	28, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
-	28, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
-	28, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	29, // 14: leasehold.v1.Effect.created_at:type_name -> google.protobuf.Timestamp
+	29, // 15: leasehold.v1.Effect.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 16: leasehold.v1.Attempt.claimed_at:type_name -> google.protobuf.Timestamp
+	29, // 17: leasehold.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
 	4,  // 18: leasehold.v1.Attempt.outcome:type_name -> leasehold.v1.AttemptOutcome
 	11, // 19: leasehold.v1.Attempt.error:type_name -> leasehold.v1.JobError
 	12, // 20: leasehold.v1.DeadJob.job:type_name -> leasehold.v1.Job
 	16, // 21: leasehold.v1.DeadJob.attempts:type_name -> leasehold.v1.Attempt
-	29, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
-	29, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
-	29, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
+	30, // 22: leasehold.v1.RetryPolicy.initial_delay:type_name -> google.protobuf.Duration
+	30, // 23: leasehold.v1.RetryPolicy.max_delay:type_name -> google.protobuf.Duration
+	30, // 24: leasehold.v1.RetryPolicy.total_retry_deadline:type_name -> google.protobuf.Duration
 	5,  // 25: leasehold.v1.RetryPolicy.backoff:type_name -> leasehold.v1.RetryBackoff
 	18, // 26: leasehold.v1.QueuePolicy.retry:type_name -> leasehold.v1.RetryPolicy
-	29, // 27: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
+	30, // 27: leasehold.v1.QueuePolicy.default_lease_duration:type_name -> google.protobuf.Duration
 	20, // 28: leasehold.v1.QueuePolicy.rate_limit:type_name -> leasehold.v1.RateLimit
-	29, // 29: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
-	29, // 30: leasehold.v1.QueueStats.lag:type_name -> google.protobuf.Duration
-	6,  // 31: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
-	28, // 32: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	28, // 33: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
-	23, // 34: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
-	28, // 35: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 36: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
-	29, // 37: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
-	29, // 38: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
-	29, // 39: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
-	7,  // 40: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
-	28, // 41: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
-	27, // 42: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
-	28, // 43: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
-	8,  // 44: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
-	28, // 45: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	30, // 29: leasehold.v1.RateLimit.interval:type_name -> google.protobuf.Duration
+	30, // 30: leasehold.v1.QueueStats.lag:type_name -> google.protobuf.Duration
+	29, // 31: leasehold.v1.QueueStats.counted_at:type_name -> google.protobuf.Timestamp
+	22, // 32: leasehold.v1.QueueStats.throughput:type_name -> leasehold.v1.ThroughputSample
+	29, // 33: leasehold.v1.ThroughputSample.start:type_name -> google.protobuf.Timestamp
+	30, // 34: leasehold.v1.ThroughputSample.width:type_name -> google.protobuf.Duration
+	6,  // 35: leasehold.v1.Breaker.state:type_name -> leasehold.v1.BreakerState
+	29, // 36: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	29, // 37: leasehold.v1.Breaker.next_probe_at:type_name -> google.protobuf.Timestamp
+	24, // 38: leasehold.v1.Breaker.policy:type_name -> leasehold.v1.BreakerPolicy
+	29, // 39: leasehold.v1.Breaker.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 40: leasehold.v1.BreakerPolicy.window_duration:type_name -> google.protobuf.Duration
+	30, // 41: leasehold.v1.BreakerPolicy.open_duration:type_name -> google.protobuf.Duration
+	30, // 42: leasehold.v1.BreakerPolicy.max_open_duration:type_name -> google.protobuf.Duration
+	30, // 43: leasehold.v1.BreakerPolicy.probe_timeout:type_name -> google.protobuf.Duration
+	7,  // 44: leasehold.v1.BreakerEvent.type:type_name -> leasehold.v1.BreakerEventType
+	29, // 45: leasehold.v1.BreakerEvent.time:type_name -> google.protobuf.Timestamp
+	28, // 46: leasehold.v1.WorkerInfo.labels:type_name -> leasehold.v1.WorkerInfo.LabelsEntry
+	29, // 47: leasehold.v1.WorkerInfo.connected_at:type_name -> google.protobuf.Timestamp
+	8,  // 48: leasehold.v1.WorkerInfo.transport:type_name -> leasehold.v1.WorkerTransport
+	29, // 49: leasehold.v1.WorkerInfo.last_seen_at:type_name -> google.protobuf.Timestamp
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -2918,7 +3047,7 @@ func file_leasehold_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
