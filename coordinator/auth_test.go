@@ -207,6 +207,23 @@ func (e *authEnv) schedule(tenant string) string {
 	return sc.ID
 }
 
+// operation starts, in tenant, a bulk operation that matches nothing (so
+// it is finished at once) and returns its id.
+func (e *authEnv) operation(tenant string) string {
+	e.t.Helper()
+	text := "queue = " + e.uniq("oq")
+	f, err := store.ParseJobFilter(text)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	op, err := e.st.StartOperation(context.Background(), store.StartOperationParams{Tenant: tenant, Kind: store.OperationCancel,
+		Filter: f, FilterText: text})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return op.ID
+}
+
 // tok is the token of a lease the store granted, signed as a claim's
 // answer would be.
 func (e *authEnv) tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
@@ -459,6 +476,39 @@ func matrixCases() map[string]rpcCase {
 		}, ok, nf},
 		leaseholdv1.ScheduleService_ListScheduleRuns_FullMethodName: {func(e *authEnv, _ string) proto.Message {
 			return &leaseholdv1.ListScheduleRunsRequest{Schedule: e.schedule(tenantA)}
+		}, ok, nf},
+
+		// Bulk calls on a queue with no jobs: each starts an operation
+		// that matches nothing and so finishes at once.
+		leaseholdv1.OperationService_CancelJobs_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.CancelJobsRequest{Filter: "queue = " + e.uniq("bq")}
+		}, ok, ok},
+		leaseholdv1.OperationService_RetryJobs_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.RetryJobsRequest{Filter: "queue = " + e.uniq("bq")}
+		}, ok, ok},
+		leaseholdv1.OperationService_ReplayDeadJobs_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.ReplayDeadJobsRequest{Filter: "queue = " + e.uniq("bq")}
+		}, ok, ok},
+		leaseholdv1.OperationService_AbandonDeadJobs_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.AbandonDeadJobsRequest{Filter: "queue = " + e.uniq("bq")}
+		}, ok, ok},
+		leaseholdv1.OperationService_DeleteJobs_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.DeleteJobsRequest{Filter: "queue = " + e.uniq("bq")}
+		}, ok, ok},
+		leaseholdv1.OperationService_SetJobsPriority_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.SetJobsPriorityRequest{Filter: "queue = " + e.uniq("bq"), Priority: 3}
+		}, ok, ok},
+		leaseholdv1.OperationService_GetOperation_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.GetOperationRequest{Name: "operations/" + e.operation(tenantA)}
+		}, ok, nf},
+		leaseholdv1.OperationService_ListOperations_FullMethodName: {func(*authEnv, string) proto.Message {
+			return &leaseholdv1.ListOperationsRequest{}
+		}, ok, ok},
+		leaseholdv1.OperationService_CancelOperation_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.CancelOperationRequest{Name: e.operation(tenantA)}
+		}, ok, nf},
+		leaseholdv1.OperationService_WaitOperation_FullMethodName: {func(e *authEnv, _ string) proto.Message {
+			return &leaseholdv1.WaitOperationRequest{Name: e.operation(tenantA)}
 		}, ok, nf},
 	}
 }

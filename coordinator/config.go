@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasehold/leasehold/coordinator/bulk"
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/retention"
 	"github.com/leasehold/leasehold/coordinator/scheduler"
@@ -276,6 +277,28 @@ type Config struct {
 	// SchedulesPerTenantMax caps the schedules of one tenant. Default
 	// store.ScheduleLimitDefault (10,000).
 	SchedulesPerTenantMax int
+	// OperationsPerTenantMax is how many bulk operations a tenant may run
+	// at once. Default store.OperationsRunningDefault (2).
+	OperationsPerTenantMax int
+	// OperationRate is how many jobs per second this coordinator's bulk
+	// operation runner handles at most (it pauses between chunks), so
+	// that live traffic keeps its latency. Default bulk.RateDefault
+	// (2,000); negative: unpaced.
+	OperationRate float64
+	// OperationChunk is the jobs per chunk transaction. Default
+	// bulk.ChunkDefault (1,000); at most store.OperationChunkMax (5,000).
+	OperationChunk int
+	// OperationLease is how long a coordinator holds a bulk operation
+	// past its last chunk: how long a dead coordinator's operation waits
+	// before another resumes it. Default bulk.LeaseDefault (30s).
+	OperationLease time.Duration
+	// OperationPollInterval is how often an idle runner looks for
+	// operations; negative disables the runner on this coordinator
+	// (others still run them). Default bulk.PollIntervalDefault (1s).
+	OperationPollInterval time.Duration
+	// OperationRetention is how long finished operations are kept.
+	// Default bulk.RetentionDefault (7 days); negative keeps them.
+	OperationRetention time.Duration
 	// Retention is how long finished jobs are kept before pruning. Zero
 	// means RetentionDefault (7 days); negative disables pruning (expired
 	// idempotency records are still removed).
@@ -453,6 +476,12 @@ func (c Config) WithDefaults() Config {
 	c.SchedulePollInterval = cmp.Or(c.SchedulePollInterval, scheduler.PollIntervalDefault)
 	c.SchedulesPerTenantMax = cmp.Or(c.SchedulesPerTenantMax, store.ScheduleLimitDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.OperationsPerTenantMax = cmp.Or(c.OperationsPerTenantMax, store.OperationsRunningDefault)
+	c.OperationRate = cmp.Or(c.OperationRate, bulk.RateDefault)
+	c.OperationChunk = cmp.Or(c.OperationChunk, bulk.ChunkDefault)
+	c.OperationLease = cmp.Or(c.OperationLease, bulk.LeaseDefault)
+	c.OperationPollInterval = cmp.Or(c.OperationPollInterval, bulk.PollIntervalDefault)
+	c.OperationRetention = cmp.Or(c.OperationRetention, bulk.RetentionDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.ActivityLogInterval = cmp.Or(c.ActivityLogInterval, ActivityLogIntervalDefault)
 	c.ConnectionTimeout = cmp.Or(c.ConnectionTimeout, ConnectionTimeoutDefault)
@@ -520,6 +549,9 @@ func (c Config) Validate() error {
 	if c.PayloadMaxBytes < 0 || c.PayloadMaxBytes > store.PayloadMaxBytes {
 		errs = append(errs, fmt.Errorf("coordinator: PayloadMaxBytes must be in [1, %d]", store.PayloadMaxBytes))
 	}
+	if c.OperationChunk > store.OperationChunkMax {
+		errs = append(errs, fmt.Errorf("coordinator: OperationChunk must be at most %d", store.OperationChunkMax))
+	}
 	if len(c.TrustedProxies) > TrustedProxiesMax {
 		errs = append(errs, fmt.Errorf("coordinator: at most %d TrustedProxies", TrustedProxiesMax))
 	}
@@ -584,6 +616,8 @@ func (c Config) signErrors() []error {
 		{"HealthWatchersPerConnectionMax", c.HealthWatchersPerConnectionMax},
 		{"HealthWatchersMax", c.HealthWatchersMax},
 		{"SchedulesPerTenantMax", c.SchedulesPerTenantMax},
+		{"OperationsPerTenantMax", c.OperationsPerTenantMax},
+		{"OperationChunk", c.OperationChunk},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", n.name))
@@ -608,6 +642,7 @@ func (c Config) signErrors() []error {
 		{"MaxConnectionAge", c.MaxConnectionAge},
 		{"MaxConnectionAgeGrace", c.MaxConnectionAgeGrace},
 		{"ShedWait", c.ShedWait},
+		{"OperationLease", c.OperationLease},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("coordinator: %s must not be negative", d.name))

@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/leasehold/leasehold/coordinator/bulk"
 	"github.com/leasehold/leasehold/coordinator/dispatch"
 	"github.com/leasehold/leasehold/coordinator/reaper"
 	"github.com/leasehold/leasehold/coordinator/retention"
@@ -42,6 +43,9 @@ type Coordinator struct {
 	// scheduler fires due schedules; nil when Config.SchedulePollInterval
 	// is negative.
 	scheduler *scheduler.Scheduler
+	// operations runs bulk operations; nil when
+	// Config.OperationPollInterval is negative.
+	operations *bulk.Runner
 	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
 	// closed when its store subscription has returned (nil until Serve).
 	watches     *watchHub
@@ -175,11 +179,20 @@ func New(cfg Config) (*Coordinator, error) {
 			IdempotencyWindow: cfg.IdempotencyWindow, Fired: c.schedulesFired,
 		})
 	}
+	if cfg.OperationPollInterval > 0 {
+		c.operations = bulk.New(bulk.Config{
+			Store: cfg.Store, Owner: cfg.ID, Logger: cfg.Logger, Now: cfg.Now,
+			Lease: cfg.OperationLease, PollInterval: cfg.OperationPollInterval, Chunk: cfg.OperationChunk,
+			Rate: cfg.OperationRate, Retention: cfg.OperationRetention,
+			Chunked: c.operationChunked, Finished: c.operationFinished, Running: c.metrics.operationRunning,
+		})
+	}
 	c.grpc = grpc.NewServer(c.serverOptions()...)
 	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
 	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
 	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
 	leaseholdv1.RegisterScheduleServiceServer(c.grpc, &scheduleService{c: c})
+	leaseholdv1.RegisterOperationServiceServer(c.grpc, &operationService{c: c})
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
 	// The store answered when it was opened: ready until a probe says
@@ -205,6 +218,9 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 		c.dispatcher.Start(c.bgCtx)
 		c.reaper.Start(c.bgCtx)
 		c.pruner.Start(c.bgCtx)
+		if c.operations != nil {
+			c.operations.Start(c.bgCtx)
+		}
 		if c.scheduler != nil {
 			c.scheduler.Start(c.bgCtx)
 		}
@@ -315,6 +331,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.dispatcher.Stop()
 	c.reaper.Stop()
 	c.pruner.Stop()
+	if c.operations != nil {
+		c.operations.Stop()
+	}
 	if c.scheduler != nil {
 		c.scheduler.Stop()
 	}

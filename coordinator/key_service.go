@@ -88,6 +88,10 @@ var auditActions = map[store.AuditAction]leaseholdv1.AuditAction{
 	store.AuditSchedulePaused:         leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_PAUSED,
 	store.AuditScheduleResumed:        leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_RESUMED,
 	store.AuditScheduleTriggered:      leaseholdv1.AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED,
+	store.AuditOperationStarted:       leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_STARTED,
+	store.AuditOperationFinished:      leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_FINISHED,
+	store.AuditOperationCancelled:     leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_CANCELLED,
+	store.AuditOperationFailed:        leaseholdv1.AuditAction_AUDIT_ACTION_OPERATION_FAILED,
 	store.AuditConsoleSignIn:          leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN,
 	store.AuditConsoleSignInRefused:   leaseholdv1.AuditAction_AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED,
 }

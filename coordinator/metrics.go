@@ -84,6 +84,10 @@ type Metrics struct {
 	scheduleLag   metric.Float64Histogram
 
 	uniqueConflicts metric.Int64Counter
+
+	operationsRunning metric.Int64UpDownCounter
+	operationRows     metric.Int64Counter
+	operationRate     metric.Float64Gauge
 }
 
 // NewMetrics creates the instruments on mp (nil: otel's global
@@ -120,7 +124,16 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.uniqueConflicts = counter("leasehold.jobs.unique.conflicts", "{request}",
 		"Unique creates whose key another job held, by tenant, queue and outcome: duplicate (the holder was answered) or refused (the request asked to fail).")
 
+	m.operationRows = counter("leasehold.operations.rows", "{job}",
+		"Jobs handled by the bulk operations this coordinator ran, by tenant, kind and result: acted, skipped_changed, skipped_out_of_scope or failed.")
+
 	var err error
+	m.operationsRunning, err = m.meter.Int64UpDownCounter("leasehold.operations.running", metric.WithUnit("{operation}"),
+		metric.WithDescription("Bulk operations this coordinator is working on now."))
+	errs = append(errs, err)
+	m.operationRate, err = m.meter.Float64Gauge("leasehold.operations.rows.rate", metric.WithUnit("{job}/s"),
+		metric.WithDescription("Jobs per second of the newest chunk of a bulk operation (pauses included), by tenant and kind."))
+	errs = append(errs, err)
 	m.scheduleLag, err = m.meter.Float64Histogram("leasehold.schedule.tick.lag", metric.WithUnit("s"),
 		metric.WithDescription("From a tick's due time to the commit of its job, by tenant and queue."),
 		metric.WithExplicitBucketBoundaries(secondsBuckets...))
@@ -407,4 +420,30 @@ func (m *Metrics) scheduleTickLag(ctx context.Context, tenant, queue string, lag
 		return
 	}
 	m.scheduleLag.Record(ctx, max(0, lag.Seconds()), metric.WithAttributes(attrTenant(tenant), attrQueue(queue)))
+}
+
+// operationRunning counts an operation this coordinator starts (+1) or
+// stops (-1) working on.
+func (m *Metrics) operationRunning(delta int) {
+	if m == nil {
+		return
+	}
+	m.operationsRunning.Add(context.Background(), int64(delta))
+}
+
+// operationChunk records one committed chunk of a bulk operation: its
+// rows by result, and its rate over since (the previous chunk's end).
+func (m *Metrics) operationChunk(ctx context.Context, tenant, kind string, rows store.OperationCounts, rate float64) {
+	if m == nil {
+		return
+	}
+	for _, r := range []struct {
+		result string
+		n      int64
+	}{{"acted", rows.Acted}, {"skipped_changed", rows.SkippedChanged}, {"skipped_out_of_scope", rows.SkippedOutOfScope}, {"failed", rows.Failed}} {
+		if r.n > 0 {
+			m.operationRows.Add(ctx, r.n, metric.WithAttributes(attrTenant(tenant), attribute.String("kind", kind), attribute.String("result", r.result)))
+		}
+	}
+	m.operationRate.Record(ctx, rate, metric.WithAttributes(attrTenant(tenant), attribute.String("kind", kind)))
 }

@@ -42,6 +42,10 @@ const (
 	permSchedulesWrite   permission = "schedules.write"
 	permSchedulesPause   permission = "schedules.pause"
 	permSchedulesTrigger permission = "schedules.trigger"
+	// Bulk operations: operators and admins start and cancel them;
+	// readers follow them.
+	permOperationsRead  permission = "operations.read"
+	permOperationsWrite permission = "operations.write"
 	// permConsole: a web console, proven by the console proof metadata
 	// (console_proof.go), not by a role; with a key as well, the key's
 	// principal is the caller.
@@ -115,6 +119,18 @@ var methodPermissions = map[string]permission{
 	leaseholdv1.ScheduleService_ResumeSchedule_FullMethodName:   permSchedulesPause,
 	leaseholdv1.ScheduleService_TriggerSchedule_FullMethodName:  permSchedulesTrigger,
 
+	// OperationService: operators and admins act, readers follow.
+	leaseholdv1.OperationService_CancelJobs_FullMethodName:      permOperationsWrite,
+	leaseholdv1.OperationService_RetryJobs_FullMethodName:       permOperationsWrite,
+	leaseholdv1.OperationService_ReplayDeadJobs_FullMethodName:  permOperationsWrite,
+	leaseholdv1.OperationService_AbandonDeadJobs_FullMethodName: permOperationsWrite,
+	leaseholdv1.OperationService_DeleteJobs_FullMethodName:      permOperationsWrite,
+	leaseholdv1.OperationService_SetJobsPriority_FullMethodName: permOperationsWrite,
+	leaseholdv1.OperationService_CancelOperation_FullMethodName: permOperationsWrite,
+	leaseholdv1.OperationService_GetOperation_FullMethodName:    permOperationsRead,
+	leaseholdv1.OperationService_ListOperations_FullMethodName:  permOperationsRead,
+	leaseholdv1.OperationService_WaitOperation_FullMethodName:   permOperationsRead,
+
 	// Health and reflection: public, so that load balancers and kubelet
 	// probes (which cannot present credentials) and grpcurl's discovery
 	// work. Reflection only describes the API, which is public anyway.
@@ -143,14 +159,15 @@ var rolePermissions = map[store.Role][]permission{
 		permSchedulesRead, permSchedulesWrite, permSchedulesTrigger},
 	store.RoleWorker: {permAuthenticated, permWork},
 	store.RoleReader: {permAuthenticated, permJobsRead, permQueuesRead, permDeadRead,
-		permBreakerRead, permWorkersRead, permSchedulesRead},
+		permBreakerRead, permWorkersRead, permSchedulesRead, permOperationsRead},
 	store.RoleOperator: {permAuthenticated, permJobsRead, permJobsCancel, permQueuesRead, permQueuesWrite,
 		permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite, permWorkersRead, permWorkersWrite, permAuditRead,
-		permSchedulesRead, permSchedulesPause, permSchedulesTrigger},
+		permSchedulesRead, permSchedulesPause, permSchedulesTrigger, permOperationsRead, permOperationsWrite},
 	store.RoleAdmin: {permAuthenticated, permJobsCreate, permJobsRead, permJobsCancel, permWork,
 		permQueuesRead, permQueuesWrite, permDeadRead, permDeadWrite, permBreakerRead, permBreakerWrite,
 		permWorkersRead, permWorkersWrite, permAuditRead, permKeysManage,
-		permSchedulesRead, permSchedulesWrite, permSchedulesPause, permSchedulesTrigger},
+		permSchedulesRead, permSchedulesWrite, permSchedulesPause, permSchedulesTrigger,
+		permOperationsRead, permOperationsWrite},
 }
 
 // allows reports whether role holds perm.

@@ -52,9 +52,9 @@ func TestRolePermissions(t *testing.T) {
 	want := map[store.Role]string{
 		store.RoleProducer: "authenticated jobs.create jobs.read jobs.cancel schedules.read schedules.write schedules.trigger",
 		store.RoleWorker:   "authenticated work",
-		store.RoleReader:   "authenticated jobs.read queues.read dead.read breakers.read workers.read schedules.read",
-		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read schedules.read schedules.pause schedules.trigger",
-		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read keys.manage schedules.read schedules.write schedules.pause schedules.trigger",
+		store.RoleReader:   "authenticated jobs.read queues.read dead.read breakers.read workers.read schedules.read operations.read",
+		store.RoleOperator: "authenticated jobs.read jobs.cancel queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read schedules.read schedules.pause schedules.trigger operations.read operations.write",
+		store.RoleAdmin:    "authenticated jobs.create jobs.read jobs.cancel work queues.read queues.write dead.read dead.write breakers.read breakers.write workers.read workers.write audit.read keys.manage schedules.read schedules.write schedules.pause schedules.trigger operations.read operations.write",
 	}
 	for _, r := range store.Roles {
 		var got []string

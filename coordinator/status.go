@@ -83,6 +83,13 @@ const (
 	// ReasonScheduleLimit: the tenant has as many schedules as the
 	// coordinator allows (RESOURCE_EXHAUSTED).
 	ReasonScheduleLimit = "SCHEDULE_LIMIT"
+	// ReasonOperationNotFound: an OperationService call named no
+	// operation of the caller's tenant.
+	ReasonOperationNotFound = "OPERATION_NOT_FOUND"
+	// ReasonOperationLimit: the tenant runs as many bulk operations as
+	// the coordinator allows at once (RESOURCE_EXHAUSTED): wait for one
+	// to finish.
+	ReasonOperationLimit = "OPERATION_LIMIT"
 	// ReasonInvalidFilter: a filter string (ListJobs, ListDeadJobs, the
 	// bulk calls) does not parse or breaks a bound (INVALID_ARGUMENT, with
 	// a BadRequest field violation on "filter").
@@ -170,6 +177,10 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return statusError(codes.AlreadyExists, ReasonScheduleExists, "a schedule of this name exists: choose another name or update it")
 	case errors.Is(err, store.ErrScheduleLimit):
 		return statusError(codes.ResourceExhausted, ReasonScheduleLimit, err.Error())
+	case errors.Is(err, store.ErrOperationNotFound):
+		return statusError(codes.NotFound, ReasonOperationNotFound, "operation not found")
+	case errors.Is(err, store.ErrOperationLimit):
+		return statusError(codes.ResourceExhausted, ReasonOperationLimit, err.Error()+": wait for one to finish (leasehold op list)")
 	case errors.Is(err, store.ErrNotFound):
 		return statusError(codes.NotFound, ReasonJobNotFound, "job not found")
 	case errors.Is(err, store.ErrAlreadyFinal):

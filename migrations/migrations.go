@@ -97,6 +97,11 @@ func provider(ctx context.Context, db *sql.DB, engine Engine) (*goose.Provider, 
 	default:
 		return nil, fmt.Errorf("unknown engine %q", engine)
 	}
+	// Version numbers are handed out before the changes that use them
+	// land, so a database may hold a higher version than one that
+	// arrives later (012 before 011): apply such a missing migration
+	// rather than refuse to start. Each migration stands alone.
+	opts = append(opts, goose.WithAllowOutofOrder(true))
 	return goose.NewProvider(dialect, db, sub, opts...)
 }
 

@@ -173,6 +173,10 @@ const (
 	AuditSchedulePaused         AuditAction = "schedule_paused"
 	AuditScheduleResumed        AuditAction = "schedule_resumed"
 	AuditScheduleTriggered      AuditAction = "schedule_triggered"
+	AuditOperationStarted       AuditAction = "operation_started"
+	AuditOperationFinished      AuditAction = "operation_finished"
+	AuditOperationCancelled     AuditAction = "operation_cancelled"
+	AuditOperationFailed        AuditAction = "operation_failed"
 	// AuditConsoleSignIn and AuditConsoleSignInRefused are web console
 	// sign-in attempts (AdminService.RecordConsoleSignIn).
 	AuditConsoleSignIn        AuditAction = "console_sign_in"

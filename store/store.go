@@ -175,6 +175,9 @@ type Store interface {
 	// Schedules keeps schedules and fires their ticks (schedule_store.go).
 	Schedules
 
+	// Operations keeps bulk operations (operation.go).
+	Operations
+
 	// Identities keeps principals, worker id owners and the audit log
 	// (identity.go).
 	Identities

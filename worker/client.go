@@ -26,6 +26,7 @@ type Client struct {
 	jobs      leaseholdv1.JobServiceClient
 	admin     leaseholdv1.AdminServiceClient
 	schedules leaseholdv1.ScheduleServiceClient
+	ops       leaseholdv1.OperationServiceClient
 }
 
 // NewClient returns a Client over conn (typically a *grpc.ClientConn,
@@ -37,6 +38,7 @@ func NewClient(conn grpc.ClientConnInterface) *Client {
 		jobs:      leaseholdv1.NewJobServiceClient(conn),
 		admin:     leaseholdv1.NewAdminServiceClient(conn),
 		schedules: leaseholdv1.NewScheduleServiceClient(conn),
+		ops:       leaseholdv1.NewOperationServiceClient(conn),
 	}
 }
 

@@ -54,6 +54,7 @@ func (c *cli) rootCommand() *cobra.Command {
 		c.queueCommand(),
 		c.breakerCommand(),
 		c.scheduleCommand(),
+		c.opCommand(),
 		c.workerCommand(),
 		c.keyCommand(),
 		c.auditCommand(),

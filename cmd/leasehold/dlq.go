@@ -96,13 +96,27 @@ func printDeadJob(out *printer, d *leaseholdv1.DeadJob) error {
 }
 
 func (c *cli) dlqReplayCommand() *cobra.Command {
-	var reason string
+	var bulk bulkFlags
 	cmd := &cobra.Command{
-		Use:   "replay ID [--reason R]",
-		Short: "Create a new job from a dead one",
-		Long:  "Create a new job from a dead one (new id, attempts reset). Replaying the same dead job again returns the first replay.",
-		Args:  positional("ID"),
+		Use:   "replay (ID | --filter F [--dry-run] [--wait]) [--reason R]",
+		Short: "Create a new job from a dead one, or from every dead job a filter matches",
+		Long: "Create a new job from a dead one (new id, attempts reset). Replaying the same dead job again returns the first replay.\n" +
+			"With --filter instead of an ID, replay every dead job the filter matches, as a bulk operation (op get/wait).",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bulk.filter != "" || len(args) == 0 {
+				switch {
+				case len(args) > 0:
+					return usagef("give a job ID or --filter, not both")
+				case !cmd.Flags().Changed("filter"):
+					return usagef("missing ID (or --filter F for every matching job)")
+				}
+				return c.runBulk(cmd, worker.BulkReplay, bulk, worker.BulkRequest{})
+			}
+			if bulk.dryRun || bulk.wait {
+				return usagef("--dry-run and --wait go with --filter")
+			}
+			reason := bulk.reason
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				job, already, err := client.ReplayDeadJob(ctx, args[0], reason)
 				if err != nil {
@@ -116,18 +130,32 @@ func (c *cli) dlqReplayCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the dead job's history")
+	bulk.register(cmd.Flags(), "why, recorded in the dead job's history")
 	return cmd
 }
 
 func (c *cli) dlqAbandonCommand() *cobra.Command {
-	var reason string
+	var bulk bulkFlags
 	cmd := &cobra.Command{
-		Use:   "abandon ID [--reason R]",
-		Short: "Give up on a dead job",
-		Long:  "Give up on a dead job: it leaves the listing and stays as evidence until retention prunes it.",
-		Args:  positional("ID"),
+		Use:   "abandon (ID | --filter F [--dry-run] [--wait]) [--reason R]",
+		Short: "Give up on a dead job, or on every dead job a filter matches",
+		Long: "Give up on a dead job: it leaves the listing and stays as evidence until retention prunes it.\n" +
+			"With --filter instead of an ID, abandon every dead job the filter matches, as a bulk operation (op get/wait).",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bulk.filter != "" || len(args) == 0 {
+				switch {
+				case len(args) > 0:
+					return usagef("give a job ID or --filter, not both")
+				case !cmd.Flags().Changed("filter"):
+					return usagef("missing ID (or --filter F for every matching job)")
+				}
+				return c.runBulk(cmd, worker.BulkAbandon, bulk, worker.BulkRequest{})
+			}
+			if bulk.dryRun || bulk.wait {
+				return usagef("--dry-run and --wait go with --filter")
+			}
+			reason := bulk.reason
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				dead, err := client.AbandonDeadJob(ctx, args[0], reason)
 				if err != nil {
@@ -137,6 +165,6 @@ func (c *cli) dlqAbandonCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the dead job's history")
+	bulk.register(cmd.Flags(), "why, recorded in the dead job's history")
 	return cmd
 }

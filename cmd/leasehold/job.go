@@ -29,6 +29,9 @@ func (c *cli) jobCommand() *cobra.Command {
 		c.jobGetCommand(),
 		c.jobListCommand(),
 		c.jobCancelCommand(),
+		c.jobRetryCommand(),
+		c.jobDeleteCommand(),
+		c.jobPriorityCommand(),
 		c.jobEventsCommand(),
 		c.jobWatchCommand(),
 	)
@@ -264,13 +267,30 @@ func parseJobState(s string) (leaseholdv1.JobState, error) {
 }
 
 func (c *cli) jobCancelCommand() *cobra.Command {
-	var reason string
+	var bulk bulkFlags
 	cmd := &cobra.Command{
-		Use:   "cancel ID [--reason R]",
-		Short: "Cancel a job",
-		Long:  "Cancel a job. A queued job is cancelled at once; a leased one is marked cancel-requested and its worker told to stop.",
-		Args:  positional("ID"),
+		Use:   "cancel (ID | --filter F [--dry-run] [--wait]) [--reason R]",
+		Short: "Cancel a job, or every job a filter matches",
+		Long: "Cancel a job. A queued job is cancelled at once; a leased one is marked cancel-requested and its worker told to stop.\n" +
+			"With --filter instead of an ID, cancel every queued or leased job the filter matches, as a bulk operation (op get/wait).",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if bulk.filter != "" || len(args) == 0 {
+				switch {
+				case len(args) > 0:
+					return usagef("give a job ID or --filter, not both")
+				case !cmd.Flags().Changed("filter"):
+					return usagef("missing ID (or --filter F for every matching job)")
+				}
+				return c.runBulk(cmd, worker.BulkCancel, bulk, worker.BulkRequest{})
+			}
+			if bulk.dryRun || bulk.wait {
+				return usagef("--dry-run and --wait go with --filter")
+			}
+			if args[0] == "" {
+				return usagef("ID must not be empty")
+			}
+			reason := bulk.reason
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
 				job, err := client.Cancel(ctx, args[0], reason)
 				if err != nil {
@@ -284,8 +304,32 @@ func (c *cli) jobCancelCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the job's history")
+	bulk.register(cmd.Flags(), "why, recorded in the job's history")
 	return cmd
+}
+
+func (c *cli) jobRetryCommand() *cobra.Command {
+	return c.bulkCommand(worker.BulkRetry, "retry --filter F [--dry-run] [--wait] [--reason R]",
+		"Make waiting queued jobs available now",
+		"Make every queued job the filter matches that waits (for its retry backoff, or scheduled later) available now,\n"+
+			"as a bulk operation (op get/wait).", nil)
+}
+
+func (c *cli) jobDeleteCommand() *cobra.Command {
+	return c.bulkCommand(worker.BulkDelete, "delete --filter F [--dry-run] [--wait] [--reason R]",
+		"Delete finished jobs",
+		"Delete every finished job (succeeded, failed, cancelled, dead) the filter matches, with its history, as retention\n"+
+			"would, as a bulk operation (op get/wait). Live jobs are never deleted.", nil)
+}
+
+func (c *cli) jobPriorityCommand() *cobra.Command {
+	return c.bulkCommand(worker.BulkSetPriority, "priority --filter F --priority N [--dry-run] [--wait] [--reason R]",
+		"Set the priority of queued jobs",
+		"Set the priority of every queued job the filter matches (higher is claimed first), as a bulk operation (op get/wait).",
+		func(cmd *cobra.Command, req *worker.BulkRequest) {
+			cmd.Flags().Int32Var(&req.Priority, "priority", 0, "the new priority")
+			_ = cmd.MarkFlagRequired("priority")
+		})
 }
 
 func (c *cli) jobEventsCommand() *cobra.Command {

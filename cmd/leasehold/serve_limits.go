@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/bulk"
 	"github.com/leasehold/leasehold/coordinator/scheduler"
 	"github.com/leasehold/leasehold/store"
 )
@@ -53,6 +54,12 @@ type limitFlags struct {
 	authFailureAudit     time.Duration
 	schedulesMax         int
 	schedulePoll         time.Duration
+	operationsMax        int
+	operationRate        float64
+	operationChunk       int
+	operationLease       time.Duration
+	operationPoll        time.Duration
+	operationRetention   time.Duration
 	retention            time.Duration
 	retentionInterval    time.Duration
 	idempotencyWindow    time.Duration
@@ -131,6 +138,18 @@ func (c *cli) addLimitFlags(fs *pflag.FlagSet, f *limitFlags) {
 		"schedules one tenant may have"+env("max-schedules-per-tenant"))
 	fs.DurationVar(&f.schedulePoll, "schedule-poll-interval", scheduler.PollIntervalDefault,
 		"how often this coordinator looks for due schedules; negative = it fires none (others still do)"+env("schedule-poll-interval"))
+	fs.IntVar(&f.operationsMax, "max-operations-per-tenant", store.OperationsRunningDefault,
+		"bulk operations (job cancel/retry/delete/priority --filter, dlq replay/abandon --filter) one tenant may run at once"+env("max-operations-per-tenant"))
+	fs.Float64Var(&f.operationRate, "operation-rate", bulk.RateDefault,
+		"jobs a second this coordinator's bulk operations handle at most, so live traffic keeps its latency; negative = unpaced"+env("operation-rate"))
+	fs.IntVar(&f.operationChunk, "operation-chunk", bulk.ChunkDefault,
+		"jobs per bulk-operation transaction (at most 5000)"+env("operation-chunk"))
+	fs.DurationVar(&f.operationLease, "operation-lease", bulk.LeaseDefault,
+		"how long a coordinator holds a bulk operation past its last chunk: how soon another resumes it if this one dies"+env("operation-lease"))
+	fs.DurationVar(&f.operationPoll, "operation-poll-interval", bulk.PollIntervalDefault,
+		"how often this coordinator looks for bulk operations to run; negative = it runs none (others still do)"+env("operation-poll-interval"))
+	fs.DurationVar(&f.operationRetention, "operation-retention", bulk.RetentionDefault,
+		"how long finished bulk operations are kept; negative = kept for ever"+env("operation-retention"))
 	fs.DurationVar(&f.retention, "retention", coordinator.RetentionDefault,
 		"how long finished jobs (succeeded, failed, cancelled, dead) and their events are kept before they are deleted; negative = kept for ever"+env("retention"))
 	fs.DurationVar(&f.retentionInterval, "retention-interval", coordinator.RetentionIntervalDefault,
@@ -175,6 +194,12 @@ func (f *limitFlags) apply(cfg *coordinator.Config) {
 	cfg.AuthFailureAuditInterval = f.authFailureAudit
 	cfg.SchedulesPerTenantMax = f.schedulesMax
 	cfg.SchedulePollInterval = f.schedulePoll
+	cfg.OperationsPerTenantMax = f.operationsMax
+	cfg.OperationRate = f.operationRate
+	cfg.OperationChunk = f.operationChunk
+	cfg.OperationLease = f.operationLease
+	cfg.OperationPollInterval = f.operationPoll
+	cfg.OperationRetention = f.operationRetention
 	cfg.Retention = f.retention
 	cfg.RetentionInterval = f.retentionInterval
 	cfg.IdempotencyWindow = f.idempotencyWindow

@@ -295,7 +295,7 @@ func isDomainError(err error) bool {
 		store.ErrNotFound, store.ErrLeaseLost, store.ErrIdempotencyConflict,
 		store.ErrInvalid, store.ErrAlreadyFinal, store.ErrNotDead,
 		store.ErrAbandoned, store.ErrAlreadyReplayed, store.ErrReportMismatch, store.ErrAlreadyExists,
-		store.ErrScheduleLimit,
+		store.ErrScheduleLimit, store.ErrOperationLimit, store.ErrOperationLeaseLost,
 		context.Canceled, context.DeadlineExceeded,
 	} {
 		if errors.Is(err, target) {

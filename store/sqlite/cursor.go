@@ -16,6 +16,8 @@ import (
 const (
 	cursorJobs = "j1"
 	cursorDead = "d1"
+	// cursorOperations pages ListOperations.
+	cursorOperations = "o1"
 )
 
 // cursorMaxLen bounds an encoded cursor: generous for a micros value and a

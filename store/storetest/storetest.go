@@ -101,6 +101,7 @@ func Run(t *testing.T, h Harness) {
 		scheduleTests(),
 		uniqueTests(),
 		filterTests(),
+		operationTests(),
 		historyTests(),
 	}
 	for _, g := range groups {

@@ -149,6 +149,19 @@ const (
 	// schedule's id; data: the job and the request id). A replayed trigger
 	// is not recorded again.
 	AuditAction_AUDIT_ACTION_SCHEDULE_TRIGGERED AuditAction = 19
+	// OperationService: a bulk operation started (target: the operation's
+	// id; data: its kind, filter, reason and matched count).
+	AuditAction_AUDIT_ACTION_OPERATION_STARTED AuditAction = 20
+	// A bulk operation handled every job (target: the operation's id; data:
+	// its kind, filter and counts). Recorded by the coordinator that
+	// finished it, with the actor that started it.
+	AuditAction_AUDIT_ACTION_OPERATION_FINISHED AuditAction = 21
+	// OperationService.CancelOperation (target: the operation's id; data:
+	// its kind, filter and counts so far).
+	AuditAction_AUDIT_ACTION_OPERATION_CANCELLED AuditAction = 22
+	// A bulk operation stopped on an error (target: the operation's id;
+	// data: its kind, filter, counts and the error).
+	AuditAction_AUDIT_ACTION_OPERATION_FAILED AuditAction = 23
 	// 20-23: the bulk operations' actions.
 	// AdminService.RecordConsoleSignIn of a sign-in that succeeded (actor:
 	// the principal; target: its id; data: the browser's address).
@@ -183,6 +196,10 @@ var (
 		17: "AUDIT_ACTION_SCHEDULE_PAUSED",
 		18: "AUDIT_ACTION_SCHEDULE_RESUMED",
 		19: "AUDIT_ACTION_SCHEDULE_TRIGGERED",
+		20: "AUDIT_ACTION_OPERATION_STARTED",
+		21: "AUDIT_ACTION_OPERATION_FINISHED",
+		22: "AUDIT_ACTION_OPERATION_CANCELLED",
+		23: "AUDIT_ACTION_OPERATION_FAILED",
 		24: "AUDIT_ACTION_CONSOLE_SIGN_IN",
 		25: "AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED",
 	}
@@ -207,6 +224,10 @@ var (
 		"AUDIT_ACTION_SCHEDULE_PAUSED":         17,
 		"AUDIT_ACTION_SCHEDULE_RESUMED":        18,
 		"AUDIT_ACTION_SCHEDULE_TRIGGERED":      19,
+		"AUDIT_ACTION_OPERATION_STARTED":       20,
+		"AUDIT_ACTION_OPERATION_FINISHED":      21,
+		"AUDIT_ACTION_OPERATION_CANCELLED":     22,
+		"AUDIT_ACTION_OPERATION_FAILED":        23,
 		"AUDIT_ACTION_CONSOLE_SIGN_IN":         24,
 		"AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED": 25,
 	}
@@ -519,7 +540,7 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\rROLE_OPERATOR\x10\x03\x12\x0f\n" +
 	"\vROLE_READER\x10\x04\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x05*\xa0\x06\n" +
+	"ROLE_ADMIN\x10\x05*\xb2\a\n" +
 	"\vAuditAction\x12\x1c\n" +
 	"\x18AUDIT_ACTION_UNSPECIFIED\x10\x00\x12%\n" +
 	"!AUDIT_ACTION_QUEUE_POLICY_UPDATED\x10\x01\x12\x1d\n" +
@@ -541,7 +562,11 @@ const file_leasehold_v1_identity_proto_rawDesc = "" +
 	"\x1dAUDIT_ACTION_SCHEDULE_DELETED\x10\x10\x12 \n" +
 	"\x1cAUDIT_ACTION_SCHEDULE_PAUSED\x10\x11\x12!\n" +
 	"\x1dAUDIT_ACTION_SCHEDULE_RESUMED\x10\x12\x12#\n" +
-	"\x1fAUDIT_ACTION_SCHEDULE_TRIGGERED\x10\x13\x12 \n" +
+	"\x1fAUDIT_ACTION_SCHEDULE_TRIGGERED\x10\x13\x12\"\n" +
+	"\x1eAUDIT_ACTION_OPERATION_STARTED\x10\x14\x12#\n" +
+	"\x1fAUDIT_ACTION_OPERATION_FINISHED\x10\x15\x12$\n" +
+	" AUDIT_ACTION_OPERATION_CANCELLED\x10\x16\x12!\n" +
+	"\x1dAUDIT_ACTION_OPERATION_FAILED\x10\x17\x12 \n" +
 	"\x1cAUDIT_ACTION_CONSOLE_SIGN_IN\x10\x18\x12(\n" +
 	"$AUDIT_ACTION_CONSOLE_SIGN_IN_REFUSED\x10\x19B=Z;github.com/leasehold/leasehold/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
