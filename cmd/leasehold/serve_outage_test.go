@@ -57,6 +57,14 @@ func (p *cutProxy) serve(lis net.Listener) {
 				continue
 			}
 			p.mu.Lock()
+			if p.lis != lis {
+				// Cut while this connection was being dialled: it must
+				// not outlive the cut (it did, and a readiness probe
+				// found the store "reachable" in the middle of an outage).
+				p.mu.Unlock()
+				_, _ = c.Close(), up.Close()
+				return
+			}
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
 			p.wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
