@@ -73,6 +73,10 @@ type Worker struct {
 	stopping bool
 	// running holds every lease a handler is working on (or reporting for).
 	running map[leaseKey]*execution
+	// leasesOf counts running's leases per job ID, so that a new lease
+	// looks for an older generation of its job (to fence it off) only when
+	// one is held, not through every running lease.
+	leasesOf map[string]int
 	// busy counts the handlers still running: Capacity bounds it. A lease
 	// whose handler returned no longer takes capacity while its outcome is
 	// being committed, so the next job need not wait for that commit; the
@@ -113,6 +117,7 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Worker, error) {
 		tracer:        tp.Tracer(tracerName, trace.WithInstrumentationVersion(sdkVersion)),
 		handlers:      map[string]Handler{},
 		running:       map[leaseKey]*execution{},
+		leasesOf:      map[string]int{},
 		activeChanged: make(chan struct{}),
 		leaseDuration: cmp.Or(cfg.LeaseDuration, LeaseDurationServerDefault),
 	}, nil
@@ -315,6 +320,9 @@ func (w *Worker) finished(e *execution) {
 	w.mu.Lock()
 	if w.running[e.key] == e {
 		delete(w.running, e.key)
+		if w.leasesOf[e.key.jobID]--; w.leasesOf[e.key.jobID] <= 0 {
+			delete(w.leasesOf, e.key.jobID)
+		}
 	}
 	s := w.sess
 	w.mu.Unlock()
@@ -379,12 +387,15 @@ func (w *Worker) onLease(ctx context.Context, s *session, l *leaseholdv1.LeasedJ
 	// A newer generation of a job we still run means our older lease
 	// expired and was reclaimed: fence the old handler off.
 	var stale []*execution
-	for k, old := range w.running {
-		if k.jobID == key.jobID && k.generation < key.generation {
-			stale = append(stale, old)
+	if w.leasesOf[key.jobID] > 0 {
+		for k, old := range w.running {
+			if k.jobID == key.jobID && k.generation < key.generation {
+				stale = append(stale, old)
+			}
 		}
 	}
 	w.running[key] = e
+	w.leasesOf[key.jobID]++
 	w.busy++
 	w.mu.Unlock()
 	for _, old := range stale {
