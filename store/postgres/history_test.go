@@ -28,7 +28,11 @@ func TestSuccessfulJobInsertsOneRow(t *testing.T) {
 		if err := pool.QueryRow(ctx, `SELECT
 			coalesce(sum(n_tup_ins) FILTER (WHERE relname = 'jobs'), 0),
 			coalesce(sum(n_tup_ins) FILTER (WHERE relname <> 'jobs'), 0)
-			FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&jobs, &others); err != nil {
+			FROM pg_stat_user_tables WHERE schemaname = current_schema()
+			-- The copied schema's goose versions are counted when the
+			-- copying backend flushes its statistics, which can be after
+			-- the baseline is read (seen as 13 extra rows under load).
+			AND relname <> 'goose_db_version'`).Scan(&jobs, &others); err != nil {
 			t.Fatal(err)
 		}
 		return jobs, others
