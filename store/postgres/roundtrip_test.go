@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -134,5 +135,118 @@ func TestCreateIsOneRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	_ = fmt.Sprint
+}
+
+// TestCreateMixedCallsInOneBatch: calls of every kind at once — plain,
+// handed off, with a fresh request id, repeating a request id (the same
+// spec replays, another conflicts), unique (a repeat within the call
+// answers the first as a duplicate) and a plain call with a run_after —
+// each get the answer they get alone, whichever batches the committer
+// made of them, and nothing else is created.
+func TestCreateMixedCallsInOneBatch(t *testing.T) {
+	t.Parallel()
+	s := open(t, migrated(t), store.EngineOptions{})
+	ctx := t.Context()
+	spec := store.JobSpec{Queue: "q", Kind: "k"}
+	first, err := s.CreateJobs(ctx, store.CreateJobsParams{Tenant: "t", Requests: []store.CreateRequest{{Spec: spec, RequestID: "held"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res    []store.CreateResult
+		leased []store.ClaimedJob
+		err    error
+	}
+	kinds := []string{"plain", "handoff", "fresh-id", "replay", "conflict", "unique", "delayed"}
+	var wg sync.WaitGroup
+	for round := range 5 {
+		answers := make([]answer, len(kinds))
+		for i, kind := range kinds {
+			wg.Go(func() {
+				p := store.CreateJobsParams{Tenant: "t"}
+				var claim []store.ClaimManyParams
+				switch kind {
+				case "plain":
+					p.Requests = []store.CreateRequest{{Spec: spec}, {Spec: spec}}
+				case "handoff":
+					p.Requests = []store.CreateRequest{{Spec: store.JobSpec{Queue: "h", Kind: "k"}}}
+					claim = handoffClaim("h", fmt.Sprintf("w%d", round))
+				case "fresh-id":
+					p.Requests = []store.CreateRequest{{Spec: spec, RequestID: fmt.Sprintf("fresh-%d", round)}}
+				case "replay":
+					p.Requests = []store.CreateRequest{{Spec: spec, RequestID: "held"}}
+				case "conflict":
+					p.Requests = []store.CreateRequest{{Spec: spec}, {Spec: store.JobSpec{Queue: "q", Kind: "other"}, RequestID: "held"}}
+				case "unique":
+					u := &store.UniqueOptions{Key: fmt.Sprintf("u-%d", round)}
+					p.Requests = []store.CreateRequest{{Spec: spec, Unique: u}, {Spec: spec, Unique: u}}
+				case "delayed":
+					p.Requests = []store.CreateRequest{{Spec: store.JobSpec{Queue: "q", Kind: "k", RunAfter: time.Hour}}}
+				}
+				var a answer
+				if claim != nil {
+					a.res, a.leased, a.err = s.CreateJobsHandoff(ctx, p, claim)
+				} else {
+					a.res, a.err = s.CreateJobs(ctx, p)
+				}
+				answers[i] = a
+			})
+		}
+		wg.Wait()
+		for i, kind := range kinds {
+			a := answers[i]
+			if kind == "conflict" {
+				if !errors.Is(a.err, store.ErrIdempotencyConflict) || a.res != nil {
+					t.Fatalf("round %d %s: %v, %+v; want ErrIdempotencyConflict and no results", round, kind, a.err, a.res)
+				}
+				continue
+			}
+			if a.err != nil {
+				t.Fatalf("round %d %s: %v", round, kind, a.err)
+			}
+			switch kind {
+			case "plain":
+				if len(a.res) != 2 || a.res[0].Replayed || a.res[0].Job.ID == a.res[1].Job.ID {
+					t.Fatalf("round %d plain: %+v", round, a.res)
+				}
+			case "handoff":
+				if len(a.leased) != 1 || a.leased[0].Job.ID != a.res[0].Job.ID {
+					t.Fatalf("round %d handoff: leased %+v", round, a.leased)
+				}
+			case "fresh-id":
+				if a.res[0].Replayed || a.res[0].Duplicate {
+					t.Fatalf("round %d fresh-id: %+v", round, a.res[0])
+				}
+			case "replay":
+				if !a.res[0].Replayed || a.res[0].Job.ID != first[0].Job.ID {
+					t.Fatalf("round %d replay: %+v, want a replay of %s", round, a.res[0], first[0].Job.ID)
+				}
+			case "unique":
+				if a.res[0].Duplicate || !a.res[1].Duplicate || a.res[1].Job.ID != a.res[0].Job.ID {
+					t.Fatalf("round %d unique: %+v", round, a.res)
+				}
+			case "delayed":
+				if got := a.res[0].Job.AvailableAt.Sub(a.res[0].Job.CreatedAt); got != time.Hour {
+					t.Fatalf("round %d delayed: available %v after creation, want 1h", round, got)
+				}
+			}
+			for _, r := range a.res {
+				got, err := s.GetJob(ctx, "t", r.Job.ID)
+				if err != nil {
+					t.Fatalf("round %d %s: %v", round, kind, err)
+				}
+				if !got.CreatedAt.Equal(r.Job.CreatedAt) || !got.AvailableAt.Equal(r.Job.AvailableAt) {
+					t.Fatalf("round %d %s: answered %v/%v, stored %v/%v", round, kind, r.Job.CreatedAt, r.Job.AvailableAt, got.CreatedAt, got.AvailableAt)
+				}
+			}
+		}
+	}
+	// 1 held + per round: 2 plain, 1 handoff, 1 fresh, 1 unique, 1 delayed.
+	var n int
+	if err := postgres.Pool(s).QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + 5*6; n != want {
+		t.Fatalf("%d jobs, want %d", n, want)
+	}
 }
