@@ -3,14 +3,12 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -29,8 +27,8 @@ func pipelinable(calls []createCall) bool {
 	return true
 }
 
-// createPipelined creates the calls in one round trip: BEGIN, the insert
-// (its times taken from now() in SQL, and returned), the notifications,
+// createPipelined creates the calls in one round trip: BEGIN, now(), the
+// insert (its times taken from now() in SQL), the notifications,
 // the handoff claims and their deferred notifications, and COMMIT, in one
 // pgx batch. A statement that fails makes the server skip the rest, the
 // COMMIT included, and the transaction is rolled back: nothing of the
@@ -80,12 +78,15 @@ func (s *Store) sendCreates(ctx context.Context, calls []createCall, policies ma
 	}
 	b := &pgx.Batch{}
 	b.Queue("begin")
+	b.Queue(qNow)
+	var sh []shift
 	if len(inserts) > 0 {
-		args, err := insertNowArgs(calls, inserts, ref)
+		args, shifts, err := insertNowArgs(calls, inserts, ref)
 		if err != nil {
 			return nil, false, err
 		}
 		b.Queue(qInsertJobsNow, args...)
+		sh = shifts
 	}
 	wake := s.queueNotifications(b, inserts, h)
 	var (
@@ -117,13 +118,15 @@ func (s *Store) sendCreates(ctx context.Context, calls []createCall, policies ma
 	}
 	defer conn.Release()
 	tx := &lazyTx{conn: conn.Conn(), begun: true}
-	handoffFailed, err := readCreates(conn.Conn().SendBatch(ctx, b), inserts, wake, runs, len(refs), out)
+	var dbNow time.Time
+	handoffFailed, err := readCreates(conn.Conn().SendBatch(ctx, b), &dbNow, len(inserts) > 0, wake, runs, len(refs), out)
 	if err != nil {
 		// Whatever failed, the server skipped the statements after it
 		// and the COMMIT: roll back the open transaction.
 		return nil, handoffFailed && ctx.Err() == nil, tx.finish(ctx, err)
 	}
-	for _, pc := range inserts {
+	for i, pc := range inserts {
+		sh[i].apply(pc.job, dbNow.UTC())
 		out[pc.call].results[pc.idx] = store.CreateResult{Job: pc.job}
 	}
 	for pc, first := range dupOf {
@@ -142,17 +145,16 @@ func (s *Store) sendCreates(ctx context.Context, calls []createCall, policies ma
 // readCreates reads the answers of createPipelined's batch br, in the
 // order it queued them, and closes it. handoffFailed is set when the
 // inserts succeeded and a claim or its notification failed.
-func readCreates(br pgx.BatchResults, inserts []*pendingCreate, wake int, runs []int, notifies int, out []createAnswer) (handoffFailed bool, err error) {
+func readCreates(br pgx.BatchResults, dbNow *time.Time, inserted bool, wake int, runs []int, notifies int, out []createAnswer) (handoffFailed bool, err error) {
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return false, err
 	}
-	if len(inserts) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return false, duplicateIDError(err)
-		}
-		if err := scanInserted(rows, inserts); err != nil {
+	if err := br.QueryRow().Scan(dbNow); err != nil {
+		return false, err
+	}
+	if inserted {
+		if _, err := br.Exec(); err != nil {
 			return false, duplicateIDError(err)
 		}
 	}
@@ -187,56 +189,44 @@ func readCreates(br pgx.BatchResults, inserts []*pendingCreate, wake int, runs [
 	return false, br.Close()
 }
 
-// scanInserted sets the times the database gave the inserted jobs.
-func scanInserted(rows pgx.Rows, inserts []*pendingCreate) error {
-	byID := make(map[string]*store.Job, len(inserts))
-	for _, pc := range inserts {
-		byID[pc.job.ID] = pc.job
+// shift is how a job decided at the Go clock's ref takes the
+// transaction's now() instead: relative, its creation is now(), and its
+// available_at and retry deadline (when set) are now() plus offsets in
+// microseconds, the ones qInsertJobsNow adds in SQL.
+type shift struct {
+	relative            bool
+	available, deadline *int64
+}
+
+// apply gives j the times the insert gave its row, now being the
+// transaction's now().
+func (s shift) apply(j *store.Job, now time.Time) {
+	if !s.relative {
+		return
 	}
-	n := 0
-	for rows.Next() {
-		var (
-			id                 string
-			created, available time.Time
-			deadline           pgtype.Timestamptz
-		)
-		if err := rows.Scan(&id, &created, &available, &deadline); err != nil {
-			rows.Close()
-			return err
-		}
-		j, ok := byID[id]
-		if !ok {
-			rows.Close()
-			return fmt.Errorf("the insert returned job %q, which it was not given", id)
-		}
-		j.CreatedAt, j.AvailableAt, j.RetryDeadline = created.UTC(), available.UTC(), time.Time{}
-		if deadline.Valid {
-			j.RetryDeadline = deadline.Time.UTC()
-		}
-		n++
+	j.CreatedAt = now
+	if s.available != nil {
+		j.AvailableAt = now.Add(time.Duration(*s.available) * time.Microsecond)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	if s.deadline != nil {
+		j.RetryDeadline = now.Add(time.Duration(*s.deadline) * time.Microsecond)
 	}
-	if n != len(inserts) {
-		return errors.New("the insert returned fewer jobs than it was given")
-	}
-	return nil
 }
 
 // insertNowArgs are qInsertJobsNow's arrays: insertArgs' first thirteen,
 // where the times of jobs decided at ref (calls without a Now) are null
 // and given instead as offsets from now() in microseconds ($14 available
-// at, $15 retry deadline). A run_at of the request stays absolute.
-func insertNowArgs(calls []createCall, inserts []*pendingCreate, ref time.Time) ([]any, error) {
+// at, $15 retry deadline), and each insert's shift. A run_at of the
+// request stays absolute.
+func insertNowArgs(calls []createCall, inserts []*pendingCreate, ref time.Time) ([]any, []shift, error) {
 	args, err := insertArgs(inserts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := len(inserts)
 	created, available, deadlines := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	availOff, deadlineOff := make([]*int64, n), make([]*int64, n)
+	shifts := make([]shift, n)
 	for i, pc := range inserts {
 		j, c := pc.job, calls[pc.call]
 		if !c.p.Now.IsZero() {
@@ -254,9 +244,10 @@ func insertNowArgs(calls []createCall, inserts []*pendingCreate, ref time.Time) 
 			off := j.RetryDeadline.Sub(ref).Microseconds()
 			deadlineOff[i] = &off
 		}
+		shifts[i] = shift{relative: true, available: availOff[i], deadline: deadlineOff[i]}
 	}
 	args[8], args[9], args[10] = nowArgs(created), nowArgs(available), nowArgs(deadlines)
-	return append(args[:13:13], availOff, deadlineOff), nil
+	return append(args[:13:13], availOff, deadlineOff), shifts, nil
 }
 
 // compareRefs orders queue refs by tenant, then queue.

@@ -48,8 +48,8 @@
 //     ON CONFLICT, so concurrent creates with one key block on each other
 //     and exactly one job is made; the others replay it.
 //   - A create batch whose requests have no request id and no unique key
-//     is one round trip (createPipelined): BEGIN, the insert (its times
-//     from the transaction's now(), returned to the caller), the
+//     is one round trip (createPipelined): BEGIN, now() (read for the
+//     caller's answer), the insert (its times from now() in SQL), the
 //     notifications, the handoff claims and COMMIT in one pgx batch. A
 //     failing statement makes the server skip the rest, COMMIT included,
 //     and the transaction is rolled back whole; a failed handoff claim

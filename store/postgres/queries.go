@@ -662,8 +662,7 @@ const (
 
 	// qInsertJobsNow is qInsertJobs whose times, when null, are taken from
 	// the transaction's now() plus an offset in microseconds ($14
-	// available_at, $15 retry_deadline, a null offset for no deadline),
-	// and which returns each job's times.
+	// available_at, $15 retry_deadline, a null offset for no deadline).
 	qInsertJobsNow = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
 		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key,
 		queued_available_at, events_stored_through)
@@ -678,6 +677,5 @@ const (
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
 			$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::bigint[], $15::bigint[])
 			AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
-			     retry_deadline, dependency, concurrency_key, available_off, deadline_off)) v
-	RETURNING id, created_at, available_at, retry_deadline`
+			     retry_deadline, dependency, concurrency_key, available_off, deadline_off)) v`
 )
