@@ -38,11 +38,14 @@ func pipelinable(calls []createCall) bool {
 // calls again the slow way (createCalls), whose savepoint lets the creates
 // commit without the claims.
 func (s *Store) createPipelined(ctx context.Context, calls []createCall) (out []createAnswer, handoffFailed bool, err error) {
-	policies, err := s.callPolicies(ctx, calls)
-	if err != nil {
-		return nil, false, err
-	}
+	// The policies come from the cache (which may use another connection
+	// of the pool), read before the batch takes its connection; a failure
+	// maps like any of the transaction's.
 	err = s.retryTx(ctx, "create", func() error {
+		policies, err := s.callPolicies(ctx, calls)
+		if err != nil {
+			return err
+		}
 		var failed error
 		out, handoffFailed, failed = s.sendCreates(ctx, calls, policies)
 		return failed
