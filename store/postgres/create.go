@@ -97,8 +97,16 @@ func (s *Store) create(ctx context.Context, p store.CreateJobsParams, claims []s
 }
 
 // createBatch is the create committer's flush: every call in one
-// transaction.
+// transaction, sent in one round trip when no request has a request id or
+// a unique key (createPipelined).
 func (s *Store) createBatch(ctx context.Context, calls []createCall) ([]createAnswer, error) {
+	if pipelinable(calls) {
+		out, handoffFailed, err := s.createPipelined(ctx, calls)
+		if !handoffFailed {
+			return out, err
+		}
+		s.logger.DebugContext(ctx, "handoff claim failed in the pipelined create; creating again with a savepoint", slog.Any("error", err))
+	}
 	var out []createAnswer
 	err := s.withLazyTx(ctx, "create", func(tx *lazyTx) error {
 		var err error

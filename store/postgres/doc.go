@@ -47,6 +47,15 @@
 //     idempotency record together. The record is inserted first with
 //     ON CONFLICT, so concurrent creates with one key block on each other
 //     and exactly one job is made; the others replay it.
+//   - A create batch whose requests have no request id and no unique key
+//     is one round trip (createPipelined): BEGIN, now() (read for the
+//     caller's answer), the insert (its times from now() in SQL), the
+//     notifications, the handoff claims and COMMIT in one pgx batch. A
+//     failing statement makes the server skip the rest, COMMIT included,
+//     and the transaction is rolled back whole; a failed handoff claim
+//     then creates the batch again with a savepoint around the claims.
+//     Request ids and unique keys take more round trips, since later
+//     statements depend on what the key statements answer.
 //
 // # Notifications
 //

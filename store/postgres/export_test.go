@@ -3,6 +3,7 @@ package postgres
 import (
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -42,3 +43,9 @@ var (
 		return c.at, c.id, err
 	}
 )
+
+// WithTracer is cfg with a tracer on every connection of the pool.
+func WithTracer(cfg Config, t pgx.QueryTracer) Config {
+	cfg.tracer = t
+	return cfg
+}

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -88,9 +87,7 @@ func (s *Store) runHandoff(ctx context.Context, tx *lazyTx,
 			runs = append(runs, c.call)
 		}
 	}
-	refs := slices.SortedFunc(maps.Keys(h.fresh), func(a, b store.QueueRef) int {
-		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Queue, b.Queue))
-	})
+	refs := slices.SortedFunc(maps.Keys(h.fresh), compareRefs)
 	for _, q := range refs {
 		b.Queue(qNotifyIfQueued, s.channel, encodeNotification(q.Tenant, q.Queue), q.Tenant, h.fresh[q])
 	}

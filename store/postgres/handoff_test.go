@@ -126,7 +126,8 @@ func TestHandoffLeavesWhatARoundMustDecide(t *testing.T) {
 
 // TestHandoffClaimThatFailsLeavesTheCreate: when the handoff claim fails
 // in the database (here a trigger refuses the lease), only the claim is
-// rolled back: the create commits, the job is QUEUED with its QUEUED
+// rolled back (the pipelined create is rolled back whole and made again
+// with a savepoint): the create commits, the job is QUEUED with its QUEUED
 // event alone, and its queue is notified for a round to claim it.
 func TestHandoffClaimThatFailsLeavesTheCreate(t *testing.T) {
 	t.Parallel()
@@ -162,6 +163,14 @@ func TestHandoffClaimThatFailsLeavesTheCreate(t *testing.T) {
 		t.Fatalf("job is %s, want queued", job.State)
 	}
 	wantTypes(t, eventTypes(t, s, "t", job.ID), store.EventQueued)
+	// The pipelined attempt that the claim failed left nothing.
+	var n int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM jobs`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
 	if q := nextNotification(t, ch); q != "q" {
 		t.Fatalf("notification for %q, want q", q)
 	}

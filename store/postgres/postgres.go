@@ -34,6 +34,10 @@ type Config struct {
 	Options store.EngineOptions
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
+
+	// tracer, when set, traces every statement and batch of the pool
+	// (tests count round trips with it).
+	tracer pgx.QueryTracer
 }
 
 // txAttempts bounds how many times a transaction that lost a serialization
@@ -112,6 +116,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// runs long enough to repay compiling.
 	if _, set := pcfg.ConnConfig.RuntimeParams["jit"]; !set {
 		pcfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	if cfg.tracer != nil {
+		pcfg.ConnConfig.Tracer = cfg.tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -659,4 +659,23 @@ const (
 		$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[])
 		AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
 		     retry_deadline, dependency, concurrency_key)`
+
+	// qInsertJobsNow is qInsertJobs whose times, when null, are taken from
+	// the transaction's now() plus an offset in microseconds ($14
+	// available_at, $15 retry_deadline, a null offset for no deadline).
+	qInsertJobsNow = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key,
+		queued_available_at, events_stored_through)
+	SELECT v.tenant, v.id, v.queue, v.kind, v.payload, v.metadata::jsonb, v.priority, 'queued',
+		v.max_attempts, v.created_at, v.available_at, v.retry_deadline, v.dependency, 1, v.concurrency_key,
+		nullif(v.available_at, v.created_at), 0
+	FROM (SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata, u.priority, u.max_attempts,
+			coalesce(u.created_at, now()) AS created_at,
+			coalesce(u.available_at, now() + u.available_off * interval '1 microsecond') AS available_at,
+			coalesce(u.retry_deadline, now() + u.deadline_off * interval '1 microsecond') AS retry_deadline,
+			u.dependency, u.concurrency_key
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int[], $8::int[],
+			$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::text[], $14::bigint[], $15::bigint[])
+			AS u(tenant, id, queue, kind, payload, metadata, priority, max_attempts, created_at, available_at,
+			     retry_deadline, dependency, concurrency_key, available_off, deadline_off)) v`
 )
