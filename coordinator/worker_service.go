@@ -25,6 +25,7 @@ var Capabilities = []string{
 	"checkpoints", "dead_letter", "watch_job", "stream_reports", "lease_secrets",
 	"list_views", "pushed_watches", "retry_info", "circuit_breakers", "key_limits",
 	"worker_credits", "renew_reported", "lease_acks", "schedules", "unique_jobs",
+	"job_filters", "bulk_operations", "queue_counts_max_staleness",
 	CapabilityLeaseBatches, CapabilityReportBatches,
 }
 

@@ -61,6 +61,11 @@ func TestPausedQueuesHandOutNothingUntilResumed(t *testing.T) {
 			t.Fatalf("GetVersion = %v, %v; want the circuit_breakers and key_limits capabilities", v, err)
 		}
 		// With --auth none the caller is the anonymous admin of the tenant.
+		for _, c := range []string{"job_filters", "bulk_operations", "queue_counts_max_staleness"} {
+			if !slices.Contains(v.GetCapabilities(), c) {
+				t.Errorf("GetVersion capabilities %v lack %q", v.GetCapabilities(), c)
+			}
+		}
 		if cl := v.GetCaller(); cl.GetRole() != leaseholdv1.Role_ROLE_ADMIN || cl.GetIdentity() != "anonymous" || cl.GetTenant() == "" {
 			t.Fatalf("GetVersion caller = %v; want the anonymous admin", cl)
 		}

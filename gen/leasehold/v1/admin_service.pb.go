@@ -196,7 +196,8 @@ type ListQueuesRequest struct {
 	// counts this coordinator took at most this long ago (QueueStats.counted_at
 	// says when), refreshed in the background, so the call does not wait
 	// for a count while a recent one exists. Policies and paused flags are
-	// always read now. At most 10 minutes.
+	// always read now. At most 10 minutes. Needs the
+	// "queue_counts_max_staleness" capability (older coordinators count now).
 	MaxStaleness  *durationpb.Duration `protobuf:"bytes,1,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -727,7 +728,7 @@ type ListDeadJobsRequest struct {
 	// (docs/filters.md), e.g. `error_code = "TIMEOUT" AND finished >=
 	// "2026-12-01T00:00:00Z"`. Empty = no filter; a filter on states other
 	// than DEAD matches nothing here. Bounds and errors as in
-	// ListJobsRequest.filter.
+	// ListJobsRequest.filter. Needs the "job_filters" capability.
 	Filter        string `protobuf:"bytes,6,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -632,7 +632,8 @@ type ListJobsRequest struct {
 	// Empty = no filter. At most 8 KiB and 32 terms. A filter that does not
 	// parse is INVALID_ARGUMENT with reason INVALID_FILTER and a field
 	// violation on "filter". A page token is only valid with the filter of
-	// the call that returned it.
+	// the call that returned it. Needs the "job_filters" capability: an
+	// older coordinator ignores the field and lists every job.
 	Filter        string `protobuf:"bytes,7,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

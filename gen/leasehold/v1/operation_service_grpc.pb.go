@@ -37,7 +37,8 @@ const (
 //
 // OperationService acts on many jobs at once, chosen by a filter (the
 // grammar of ListJobsRequest.filter, docs/bulk-operations.md), and tracks
-// each such action as an Operation shaped after AIP-151.
+// each such action as an Operation shaped after AIP-151. GetVersion lists
+// the "bulk_operations" capability where it is served.
 //
 // Every bulk call takes a filter and dry_run. A dry run changes nothing
 // and answers how many jobs match and a small sample of them. A real run
@@ -205,7 +206,8 @@ func (c *operationServiceClient) WaitOperation(ctx context.Context, in *WaitOper
 //
 // OperationService acts on many jobs at once, chosen by a filter (the
 // grammar of ListJobsRequest.filter, docs/bulk-operations.md), and tracks
-// each such action as an Operation shaped after AIP-151.
+// each such action as an Operation shaped after AIP-151. GetVersion lists
+// the "bulk_operations" capability where it is served.
 //
 // Every bulk call takes a filter and dry_run. A dry run changes nothing
 // and answers how many jobs match and a small sample of them. A real run
