@@ -104,17 +104,12 @@ func (c *cli) dlqReplayCommand() *cobra.Command {
 			"With --filter instead of an ID, replay every dead job the filter matches, as a bulk operation (op get/wait).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if bulk.filter != "" || len(args) == 0 {
-				switch {
-				case len(args) > 0:
-					return usagef("give a job ID or --filter, not both")
-				case !cmd.Flags().Changed("filter"):
-					return usagef("missing ID (or --filter F for every matching job)")
-				}
-				return c.runBulk(cmd, worker.BulkReplay, bulk, worker.BulkRequest{})
+			byFilter, err := bulk.byFilter(cmd, args)
+			if err != nil {
+				return err
 			}
-			if bulk.dryRun || bulk.wait {
-				return usagef("--dry-run and --wait go with --filter")
+			if byFilter {
+				return c.runBulk(cmd, worker.BulkReplay, bulk, worker.BulkRequest{})
 			}
 			reason := bulk.reason
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {
@@ -143,17 +138,12 @@ func (c *cli) dlqAbandonCommand() *cobra.Command {
 			"With --filter instead of an ID, abandon every dead job the filter matches, as a bulk operation (op get/wait).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if bulk.filter != "" || len(args) == 0 {
-				switch {
-				case len(args) > 0:
-					return usagef("give a job ID or --filter, not both")
-				case !cmd.Flags().Changed("filter"):
-					return usagef("missing ID (or --filter F for every matching job)")
-				}
-				return c.runBulk(cmd, worker.BulkAbandon, bulk, worker.BulkRequest{})
+			byFilter, err := bulk.byFilter(cmd, args)
+			if err != nil {
+				return err
 			}
-			if bulk.dryRun || bulk.wait {
-				return usagef("--dry-run and --wait go with --filter")
+			if byFilter {
+				return c.runBulk(cmd, worker.BulkAbandon, bulk, worker.BulkRequest{})
 			}
 			reason := bulk.reason
 			return c.call(cmd, func(ctx context.Context, client *worker.Client, out *printer) error {

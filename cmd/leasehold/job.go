@@ -275,17 +275,12 @@ func (c *cli) jobCancelCommand() *cobra.Command {
 			"With --filter instead of an ID, cancel every queued or leased job the filter matches, as a bulk operation (op get/wait).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if bulk.filter != "" || len(args) == 0 {
-				switch {
-				case len(args) > 0:
-					return usagef("give a job ID or --filter, not both")
-				case !cmd.Flags().Changed("filter"):
-					return usagef("missing ID (or --filter F for every matching job)")
-				}
-				return c.runBulk(cmd, worker.BulkCancel, bulk, worker.BulkRequest{})
+			byFilter, err := bulk.byFilter(cmd, args)
+			if err != nil {
+				return err
 			}
-			if bulk.dryRun || bulk.wait {
-				return usagef("--dry-run and --wait go with --filter")
+			if byFilter {
+				return c.runBulk(cmd, worker.BulkCancel, bulk, worker.BulkRequest{})
 			}
 			if args[0] == "" {
 				return usagef("ID must not be empty")

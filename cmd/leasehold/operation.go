@@ -32,6 +32,25 @@ type bulkFlags struct {
 	wait   bool
 }
 
+// byFilter says whether a command that takes one job ID or --filter acts
+// by the filter (a bulk operation), and refuses an ID with a filter, no
+// ID without one, and the bulk-only flags with an ID.
+func (f *bulkFlags) byFilter(cmd *cobra.Command, args []string) (bool, error) {
+	if f.filter != "" || len(args) == 0 {
+		switch {
+		case len(args) > 0:
+			return false, usagef("give a job ID or --filter, not both")
+		case !cmd.Flags().Changed("filter"):
+			return false, usagef("missing ID (or --filter F for every matching job)")
+		}
+		return true, nil
+	}
+	if f.dryRun || f.wait {
+		return false, usagef("--dry-run and --wait go with --filter")
+	}
+	return false, nil
+}
+
 func (f *bulkFlags) register(fs *pflag.FlagSet, reasonHelp string) {
 	fs.StringVar(&f.filter, "filter", "", "which jobs: the ListJobs filter grammar, e.g. 'queue = emails AND error_code = SMTP_DOWN'")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "only count the matching jobs and show a few; change nothing")
