@@ -210,8 +210,8 @@ type view struct {
 	SignOut bool
 	// ByCert: the client certificate is the identity (AuthMTLS).
 	ByCert bool
-	Msg     string
-	Data    any
+	Msg    string
+	Data   any
 }
 
 // render executes page's template (its "layout", or only fragment when

@@ -147,7 +147,7 @@ func csrfOf(t *testing.T, page string) string {
 // refused by the coordinator; a POST without a token, or with another
 // certificate's, is refused; a browser without a certificate gets a 403
 // page and no sign-in form; a certificate of the right CA without a
-// principal gets a 403 naming why; one of another CA fails the handshake.
+// principal gets a 403 naming why; one of another CA is never accepted.
 func TestConsoleMTLS(t *testing.T) {
 	t.Parallel()
 	m := newMTLSConsole(t)
@@ -225,13 +225,19 @@ func TestConsoleMTLS(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(page, "reader.acme") || strings.Contains(page, `action="/ui/queues/`) {
 		t.Fatalf("the reader's queues page = %d (want no action form)\n%s", code, page)
 	}
-	code, body = do(t, readerB, http.MethodPost, m.base+"queues/resume", url.Values{"csrf": {csrfOf(t, page)}, "queue": {"emails"}})
+	// The read-only policy form holds the reader's own valid token.
+	code, policy := do(t, readerB, http.MethodGet, m.base+"queues/policy?queue=emails", nil)
+	if code != http.StatusOK {
+		t.Fatalf("the reader's policy page = %d\n%s", code, policy)
+	}
+	readerToken := csrfOf(t, policy)
+	code, body = do(t, readerB, http.MethodPost, m.base+"queues/resume", url.Values{"csrf": {readerToken}, "queue": {"emails"}})
 	if code != http.StatusForbidden || !strings.Contains(body, "PermissionDenied") {
 		t.Errorf("the reader's forged resume = %d, want 403 from the coordinator\n%s", code, body)
 	}
 	// The reader's cookie with the operator's certificate is another
 	// session: the reader's token is worth nothing there.
-	code, body = do(t, m.browser(ops, readerJar), http.MethodPost, m.base+"queues/resume", url.Values{"csrf": {csrfOf(t, page)}, "queue": {"emails"}})
+	code, body = do(t, m.browser(ops, readerJar), http.MethodPost, m.base+"queues/resume", url.Values{"csrf": {readerToken}, "queue": {"emails"}})
 	if code != http.StatusForbidden || !strings.Contains(body, "CSRF") {
 		t.Errorf("another certificate's session and token = %d\n%s", code, body)
 	}
@@ -243,11 +249,21 @@ func TestConsoleMTLS(t *testing.T) {
 		t.Errorf("a certificate without a principal = %d\n%s", code, body)
 	}
 
-	// A certificate of another CA: the handshake fails.
+	// A certificate of another CA: a client offers only certificates of
+	// the CAs the server names, so it comes without one and is refused;
+	// one that presents it anyway fails the handshake.
 	other := testcert.NewCA(t, "elsewhere")
 	foreign := other.Client(t, "foreign", "ops.acme")
+	code, body = do(t, m.browser(&foreign, nil), http.MethodGet, m.base, nil)
+	if code != http.StatusForbidden || !strings.Contains(body, "client certificate") {
+		t.Errorf("a browser holding only a certificate of another CA = %d\n%s", code, body)
+	}
 	cfg := m.ca.ClientTLS(t, &foreign)
-	if _, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}).Get(m.base); err == nil {
-		t.Error("a certificate of another CA reached the console")
+	forced := cfg.Certificates[0]
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &forced, nil }
+	if resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}).Get(m.base); err == nil {
+		resp.Body.Close()
+		t.Errorf("a certificate of another CA, presented anyway, reached the console: %s", resp.Status)
 	}
 }
