@@ -181,8 +181,8 @@ type deadData struct {
 	Filter      string
 	FilterError string
 	Abandoned   bool
-	Jobs      []*leaseholdv1.DeadJob
-	Next      string
+	Jobs        []*leaseholdv1.DeadJob
+	Next        string
 }
 
 func (c *console) dead(req *request) error {
