@@ -138,8 +138,9 @@ func (c *console) bulkStart(req *request) error {
 		return err
 	}
 	msg := "Started: " + strconv.FormatInt(op.GetCounts().GetMatched(), 10) + " jobs matched"
-	if n := req.form("dry_count"); n != "" {
-		msg += " (the dry run counted " + n + ")"
+	// The dry run's count is the form's own echo: shown only as a number.
+	if n, err := strconv.ParseInt(req.form("dry_count"), 10, 64); err == nil && n >= 0 {
+		msg += " (the dry run counted " + strconv.FormatInt(n, 10) + ")"
 	}
 	return c.done(req, "operations/"+url.PathEscape(op.GetId()), msg+".")
 }
