@@ -152,6 +152,7 @@ func New(cfg Config) (*Coordinator, error) {
 		dir: newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
 	c.auth.consoleKey = c.ConsoleSessionKey()
+	c.auth.tls = cfg.TLS
 	c.auth.failures.audit = func(ctx context.Context, data map[string]any) {
 		c.auditCoordinator(ctx, store.AuditAuthenticationFailures, "authentication", data)
 	}
