@@ -175,15 +175,8 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	if p.Queue != "" {
-		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
-			return nil, err
-		}
-	}
-	for _, q := range p.Filter.Queues {
-		if err := checkQueue(ctx, "filter", q); err != nil {
-			return nil, err
-		}
+	if err := checkListScope(ctx, p.Queue, p.Filter.Queues); err != nil {
+		return nil, err
 	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListDeadJobs(ctx, p)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -214,9 +213,6 @@ func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.Revoke
 	pr, err := c.store.RevokePrincipal(ctx, store.RevokePrincipalParams{
 		Tenant: cl.tenant, ID: req.GetId(), Actor: cl.identity, ActorName: cl.name, Now: c.now(),
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, statusError(codes.NotFound, ReasonPrincipalNotFound, "no API key or principal with this id in the tenant")
-	}
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
