@@ -181,7 +181,7 @@ func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.Create
 	}
 	// Usable here at once; other coordinators load it within
 	// principalMissRefresh of its first use there.
-	c.auth.dir.invalidate()
+	c.identity.auth.dir.invalidate()
 	return &leaseholdv1.CreateApiKeyResponse{Principal: ToPrincipal(pr), Secret: secret}, nil
 }
 
@@ -217,7 +217,7 @@ func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.Revoke
 		return nil, toStatus(ctx, c.log, err)
 	}
 	// Other coordinators notice within their cache TTL; this one at once.
-	c.auth.dir.invalidate()
+	c.identity.auth.dir.invalidate()
 	return &leaseholdv1.RevokeApiKeyResponse{Principal: ToPrincipal(pr)}, nil
 }
 

@@ -147,7 +147,7 @@ func (s *session) applyTogether(rs []streamReport) {
 	}
 	s.mu.Unlock()
 	if room {
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 	s.reports.Add(1)
 	go s.reportMany(rs)

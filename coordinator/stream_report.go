@@ -192,7 +192,7 @@ func (s *session) reportSpan(r streamReport) (context.Context, func(error)) {
 		return s.untraced, func(error) {}
 	}
 	//nolint:spancheck // ended by the returned function once the commit returned
-	ctx, span := s.c.tracer.Start(trace.ContextWithRemoteSpanContext(s.ctx, r.parent),
+	ctx, span := s.c.core.tracer.Start(trace.ContextWithRemoteSpanContext(s.ctx, r.parent),
 		spanStreamReport+reportSpanNames[r.kind],
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(

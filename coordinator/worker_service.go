@@ -87,7 +87,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	c.leasesClaimed(ctx, p.Tenant, jobs)
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, toLeasedJob(j, c.leases.sign(j.Token)))
+		out = append(out, toLeasedJob(j, c.identity.leases.sign(j.Token)))
 	}
 	return &leaseholdv1.ClaimResponse{Jobs: out}, nil
 }
@@ -121,11 +121,11 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 		Fail:    func(err error) { settle(answer{err: err}) },
 	}
 	select {
-	case <-c.closing:
+	case <-c.life.closing:
 		return nil, nil
 	default:
 	}
-	if !c.dispatcher.Add(waiter, p.Max) {
+	if !c.core.dispatcher.Add(waiter, p.Max) {
 		return nil, nil
 	}
 	var timeout <-chan time.Time
@@ -140,10 +140,10 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 		return a.jobs, a.err
 	case <-timeout:
 	case <-ctx.Done():
-	case <-c.dispatcher.Quiesced():
-	case <-c.closing:
+	case <-c.core.dispatcher.Quiesced():
+	case <-c.life.closing:
 	}
-	c.dispatcher.Remove(waiter)
+	c.core.dispatcher.Remove(waiter)
 	if settle(answer{}) {
 		return nil, ctx.Err() // nothing was delivered
 	}
@@ -161,9 +161,9 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 // claimed counts leases handed out by a unary Claim.
 func (c *Coordinator) claimed(jobs []store.ClaimedJob) {
 	if len(jobs) > 0 {
-		c.activity.leased.Add(int64(len(jobs)))
+		c.core.activity.leased.Add(int64(len(jobs)))
 		for _, j := range jobs {
-			c.watches.notify(j.Job.Tenant, j.Job.ID)
+			c.core.watches.notify(j.Job.Tenant, j.Job.ID)
 		}
 	}
 }
@@ -227,12 +227,12 @@ func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseReq
 // holding stream stops tracking it, watchers wake, and a job back in its
 // queue wakes dispatch.
 func (c *Coordinator) finished(ctx context.Context, tenant string, job *store.Job) {
-	c.activity.ended(job.State)
-	c.metrics.jobEnded(ctx, tenant, job)
+	c.core.activity.ended(job.State)
+	c.core.metrics.jobEnded(ctx, tenant, job)
 	c.leaseEnded(tenant, job)
-	c.watches.notify(tenant, job.ID)
+	c.core.watches.notify(tenant, job.ID)
 	if job.State == store.JobStateQueued {
-		c.dispatcher.Wake(tenant, job.Queue)
+		c.core.dispatcher.Wake(tenant, job.Queue)
 	}
 }
 
@@ -245,7 +245,7 @@ func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.Sav
 		if err != nil {
 			return nil, err
 		}
-		c.watches.notify(p.Tenant, p.Token.JobID)
+		c.core.watches.notify(p.Tenant, p.Token.JobID)
 		return &leaseholdv1.SaveCheckpointResponse{Checkpoint: toCheckpoint(cp)}, nil
 	})
 }
