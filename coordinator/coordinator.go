@@ -57,6 +57,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	bgCtx, bgCancel := context.WithCancelCause(context.Background())
 	c := &Coordinator{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -65,7 +66,7 @@ func New(cfg Config) (*Coordinator, error) {
 			pageBytes: cfg.ListPageBytes, leases: leases},
 		identity: identity{leases: leases},
 		probes:   probes{health: health.NewServer()},
-		life:     lifecycle{closing: make(chan struct{})},
+		life:     lifecycle{bgCtx: bgCtx, bgCancel: bgCancel, closing: make(chan struct{})},
 	}
 	c.core = core{
 		watches: newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax, cfg.Store, cfg.ID),
@@ -78,6 +79,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.probes.queueGauges.interval = cfg.QueueMetricsInterval
 	if err := c.setUpMetrics(); err != nil {
+		bgCancel(nil)
 		return nil, err
 	}
 	c.defences.init(&cfg, c.core.metrics)
@@ -88,7 +90,6 @@ func New(cfg Config) (*Coordinator, error) {
 		CreditsMax: CreditsMax, Leased: c.leased, Round: c.core.metrics.DispatchRound,
 	})
 	c.maintenance = c.newMaintenance()
-	c.life.bgCtx, c.life.bgCancel = context.WithCancelCause(context.Background())
 	c.grpc = grpc.NewServer(c.serverOptions()...)
 	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
 	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
