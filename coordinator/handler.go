@@ -52,24 +52,47 @@ func reportCall[R any](ctx context.Context, c *Coordinator, req proto.Message, w
 	})
 }
 
-// report is the one entry of a terminal report, unary or sent on a
-// stream: rep (decoded by validator.Report, its tenant set) is committed
-// with everyone else's reports, and what a committed report does follows
-// (finished). The error is the report's own refusal or the batch's fault.
+// report is Coordinator.reports for one report: the entry of a unary
+// report and of a report sent alone on a stream.
 func (c *Coordinator) report(ctx context.Context, rep store.Report) (*store.Job, error) {
-	rep.Now = c.now()
-	// Checked alone first, so that a refusal names the report's own field
-	// rather than its place in a batch.
-	if err := store.ValidateReport(rep); err != nil {
-		return nil, err
+	jobs, errs := c.reports(ctx, []store.Report{rep})
+	return jobs[0], errs[0]
+}
+
+// reports is the one entry of terminal reports, unary or sent on a stream
+// (alone or in a ReportBatch): reps (decoded by validator.Report, their
+// tenant set) are committed together with everyone else's reports, and
+// what a committed report does follows (finished). Each report gets its
+// own answer, exactly as if sent alone: a job, or its own refusal or the
+// batch's fault.
+func (c *Coordinator) reports(ctx context.Context, reps []store.Report) ([]*store.Job, []error) {
+	jobs := make([]*store.Job, len(reps))
+	errs := make([]error, len(reps))
+	now := c.now()
+	valid := make([]store.Report, 0, len(reps))
+	at := make([]int, 0, len(reps))
+	for i := range reps {
+		reps[i].Now = now
+		// Checked alone, so that an invalid report is refused by itself,
+		// naming its own field rather than its place in a batch.
+		if errs[i] = store.ValidateReport(reps[i]); errs[i] == nil {
+			valid = append(valid, reps[i])
+			at = append(at, i)
+		}
 	}
-	res, err := c.store.ApplyReports(ctx, []store.Report{rep})
-	if err == nil {
-		err = res[0].Err
+	if len(valid) == 0 {
+		return jobs, errs
 	}
-	if err != nil {
-		return nil, err
+	res, err := c.store.ApplyReports(ctx, valid)
+	for k, i := range at {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		jobs[i], errs[i] = res[k].Job, res[k].Err
+		if errs[i] == nil {
+			c.finished(ctx, reps[i].Tenant, jobs[i])
+		}
 	}
-	c.finished(ctx, rep.Tenant, res[0].Job)
-	return res[0].Job, nil
+	return jobs, errs
 }
