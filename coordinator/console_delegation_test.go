@@ -63,7 +63,7 @@ func (e *mtlsEnv) certPrincipal(cn string, role store.Role) {
 	}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.c.auth.dir.invalidate()
+	e.c.identity.auth.dir.invalidate()
 }
 
 // dial connects over TLS, presenting client when not nil.
