@@ -50,9 +50,12 @@ func BenchmarkBulkReplay(b *testing.B) {
 	for b.Loop() {
 		url := pgtest.Schema(b)
 		// The call-rate defences are off: the load is the benchmark's own,
-		// and a refused call would measure the limiter, not the store.
+		// and a refused call would measure the limiter, not the store. The
+		// unary deadline is long enough for a loaded machine's start of the
+		// operation (its match of 100,000 jobs).
 		p := testserver.StartProcess(b, "--database-url", url, "--operation-rate", rate, "--operation-chunk", chunk,
-			"--operation-poll-interval", "100ms", "--unary-rate", "-1", "--connection-call-rate", "-1", "--address-call-rate", "-1")
+			"--operation-poll-interval", "100ms", "--unary-rate", "-1", "--connection-call-rate", "-1", "--address-call-rate", "-1",
+			"--unary-timeout", "2m")
 		conn := p.Dial(b)
 		c := newClients(conn)
 		ops := leaseholdv1.NewOperationServiceClient(conn)
