@@ -48,7 +48,8 @@ func BenchmarkBulkReplay(b *testing.B) {
 	rate := envOr("LEASEHOLD_BENCH_OPERATION_RATE", "2000")
 	chunk := envOr("LEASEHOLD_BENCH_OPERATION_CHUNK", "1000")
 	for b.Loop() {
-		url := pgtest.Schema(b)
+		// Named, so that pg_stat_activity tells its sessions from others'.
+		url := pgtest.Schema(b) + "&application_name=leasehold_bench_replay"
 		// The call-rate defences are off: the load is the benchmark's own,
 		// and a refused call would measure the limiter, not the store. The
 		// unary deadline is long enough for a loaded machine's start of the
