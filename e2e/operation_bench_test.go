@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/coordinator/bulk"
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/internal/testkit/pgtest"
 	"github.com/leasehold/leasehold/internal/testkit/testserver"
@@ -23,7 +25,7 @@ import (
 // throughput they reach alone) and a producer creates jobs at 100 calls/s
 // (CreateJob p99 ≤ 2× its value without the operation). One coordinator
 // process on PostgreSQL, paced at its defaults (--operation-rate 2000,
-// --operation-chunk 1000) unless LEASEHOLD_BENCH_OPERATION_RATE and
+// --operation-chunk 250) unless LEASEHOLD_BENCH_OPERATION_RATE and
 // LEASEHOLD_BENCH_OPERATION_CHUNK say otherwise.
 //
 // Run it with: go test -run '^$' -bench BulkReplay -benchtime 1x ./e2e/
@@ -45,8 +47,8 @@ func BenchmarkBulkReplay(b *testing.B) {
 		aloneFor  = 30 * time.Second
 		workers   = 8
 	)
-	rate := envOr("LEASEHOLD_BENCH_OPERATION_RATE", "2000")
-	chunk := envOr("LEASEHOLD_BENCH_OPERATION_CHUNK", "1000")
+	rate := envOr("LEASEHOLD_BENCH_OPERATION_RATE", strconv.Itoa(bulk.RateDefault))
+	chunk := envOr("LEASEHOLD_BENCH_OPERATION_CHUNK", strconv.Itoa(bulk.ChunkDefault))
 	for b.Loop() {
 		// Named, so that pg_stat_activity tells its sessions from others'.
 		url := pgtest.Schema(b) + "&application_name=leasehold_bench_replay"
