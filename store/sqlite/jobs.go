@@ -44,13 +44,13 @@ func requireJob(ctx context.Context, q querier, tenant, id string) error {
 
 // appendEvent appends an event to a job with the next gapless sequence and
 // returns that sequence.
-func appendEvent(ctx context.Context, tx *writeTx, tenant, jobID string, typ store.EventType, at time.Time, data string) (int64, error) {
+func appendEvent(ctx context.Context, tx *writeTx, tenant, jobID string, at time.Time, e store.NewEvent) (int64, error) {
 	var seq int64
 	if err := tx.QueryRowContext(ctx, qBumpEventSeq, tenant, jobID).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("append %s event: %w", typ, err)
+		return 0, fmt.Errorf("append %s event: %w", e.Type, err)
 	}
-	if _, err := tx.ExecContext(ctx, qInsertEvent, tenant, jobID, seq, string(typ), micros(at), data); err != nil {
-		return 0, fmt.Errorf("append %s event: %w", typ, err)
+	if _, err := tx.ExecContext(ctx, qInsertEvent, tenant, jobID, seq, string(e.Type), micros(at), e.Data); err != nil {
+		return 0, fmt.Errorf("append %s event: %w", e.Type, err)
 	}
 	return seq, nil
 }
@@ -65,34 +65,24 @@ func policyTx(ctx context.Context, q querier, tenant, queue string) (*store.Queu
 	return p, err
 }
 
-// newJob is a job to insert.
-type newJob struct {
-	tenant, id, queue, kind, dependency, replayOf string
-	concurrencyKey                                string
-	payload                                       []byte
-	metadata                                      map[string]string
-	priority, maxAttempts                         int32
-	createdAt, availableAt, retryDeadline         time.Time
-}
-
-// insertNewJob inserts a QUEUED job and its queued event (sequence 1). A
-// duplicate id fails the statement, and with it the caller's transaction.
-func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any) error {
-	md, err := encodeMetadata(j.metadata)
+// insertNewJob inserts a QUEUED job (a replay's, store.PlanReplay) and
+// its queued event (sequence 1). A duplicate id fails the statement, and
+// with it the caller's transaction.
+func insertNewJob(ctx context.Context, tx *writeTx, j *store.Job, queued store.NewEvent) error {
+	md, err := encodeMetadata(j.Metadata)
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
-		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
-		j.replayOf, j.dependency, j.concurrencyKey, nil, 0, nil)
+	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
+		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
+		j.ReplayOf, j.Dependency, j.ConcurrencyKey, nil, 0, nil)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
+		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("insert job: %w", err)
 	}
-	data := eventData(append([]any{"queue", j.queue, "available_at", j.availableAt}, eventExtra...)...)
-	_, err = appendEvent(ctx, tx, j.tenant, j.id, store.EventQueued, j.createdAt, data)
+	_, err = appendEvent(ctx, tx, j.Tenant, j.ID, j.CreatedAt, queued)
 	return err
 }
 
