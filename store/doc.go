@@ -3,9 +3,15 @@
 // Store interface the coordinator runs on, the sentinel errors it answers
 // with, the bounds every engine enforces, and the pure decisions both engines
 // share (ValidateSpec and friends, Fingerprint, NextRetryDelay, DecideRetry,
-// and the transitions: DecideCreate, DecideComplete, DecideFailure,
-// DecideCancelByHolder, DecideRelease, DecideExpiry, AnswerUnheld). Engines
-// run SQL; they decide nothing.
+// the transitions: DecideCreate, DecideComplete, DecideFailure,
+// DecideCancelByHolder, DecideRelease, DecideExpiry, AnswerUnheld; a
+// client's changes: DecideRequestCancel, DecideReplay and PlanReplay,
+// DecideAbandon, DecideOperationRow; the ledger: DecideReserve,
+// DecideRecord, PlanCheckpoint; DecideRevoke; and the create plan:
+// PlanCreate, DecideRequestID). Engines load and lock rows, ask the
+// decision, and write what it says and the events it returns, which only
+// store encodes. Not yet so: the claim's probe admission around
+// DecideProbes still differs between the engines.
 //
 // Two engines implement Store: store/postgres for production (several
 // coordinators on one database) and store/sqlite for the embedded, single

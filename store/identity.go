@@ -404,3 +404,25 @@ func PrincipalAuditData(p *Principal) string {
 	}
 	return string(b)
 }
+
+// DecideRevoke is RevokePrincipal's decision on the principal as stored
+// and locked (nil when the tenant has none): ErrNotFound for a missing
+// one; revoke is false for one revoked already, answered as it is, so
+// that a repeated revoke changes nothing and is audited once.
+func DecideRevoke(existing *Principal, id string) (revoke bool, err error) {
+	switch {
+	case existing == nil:
+		return false, fmt.Errorf("principal %s: %w", id, ErrPrincipalNotFound)
+	case existing.Revoked():
+		return false, nil
+	}
+	return true, nil
+}
+
+// RevokeAudit is the audit event of p's revoke of the principal revoked.
+func RevokeAudit(p RevokePrincipalParams, revoked *Principal) AppendAuditParams {
+	return AppendAuditParams{
+		Tenant: p.Tenant, Actor: p.Actor, ActorName: p.ActorName, Action: AuditAPIKeyRevoked,
+		Target: revoked.ID, Data: PrincipalAuditData(revoked),
+	}
+}

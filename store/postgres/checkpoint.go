@@ -45,14 +45,13 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 		if err != nil {
 			return err
 		}
-		out, err = scanCheckpoint(tx.QueryRow(ctx, qInsertCheckpoint, p.Tenant, id, p.Token.JobID, p.Phase,
-			blobArg(p.State), p.Token.Generation, parentID, now))
+		c, saved := store.PlanCheckpoint(p.Token, id, p.Phase, p.State, parentID, now)
+		out, err = scanCheckpoint(tx.QueryRow(ctx, qInsertCheckpoint, p.Tenant, c.ID, c.JobID, c.Phase,
+			blobArg(c.State), c.LeaseGeneration, c.ParentID, c.CreatedAt))
 		if err != nil {
 			return err
 		}
-		if err := appendEvent(ctx, tx, p.Tenant, p.Token.JobID, now, event{typ: store.EventCheckpointSaved, data: map[string]any{
-			"checkpoint_id": id, "phase": p.Phase, "parent_id": parentID, "lease_generation": p.Token.Generation,
-		}}); err != nil {
+		if err := appendEvent(ctx, tx, p.Tenant, c.JobID, now, saved); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, qTrimCheckpoints, p.Tenant, p.Token.JobID, store.CheckpointHistoryLimit)
@@ -88,26 +87,22 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 		if err != nil {
 			return err
 		}
-		out, err = scanEffect(tx.QueryRow(ctx, qInsertEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, now))
-		if err == nil {
-			reserved = true
-			return nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		existing, err := getEffect(ctx, tx, p.Tenant, p.Token.JobID, p.Key)
+		if err != nil {
 			return err
 		}
 		// The job row lock serialises every ledger write of the job, so
-		// the record cannot change under us.
-		out, err = scanEffect(tx.QueryRow(ctx, qReReserveEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, now))
-		if err == nil {
-			reserved = true
+		// the record cannot change under the decision.
+		switch store.DecideReserve(existing) {
+		case store.EffectInsert:
+			out, err = scanEffect(tx.QueryRow(ctx, qInsertEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, now))
+		case store.EffectTakeOver:
+			out, err = scanEffect(tx.QueryRow(ctx, qReReserveEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, now))
+		default:
+			out, reserved = existing, false
 			return nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		reserved = false
-		out, err = scanEffect(tx.QueryRow(ctx, qGetEffect, p.Tenant, p.Token.JobID, p.Key))
+		reserved = err == nil
 		return err
 	})
 	if err != nil {
@@ -119,6 +114,7 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 // RecordEffect implements store.Store. Any current holder may record the
 // outcome of any reserved key of its job, e.g. after reconciling an effect
 // an earlier generation left unknown; the record then names its generation.
+// A succeeded record is final (store.DecideRecord).
 func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*store.Effect, error) {
 	if err := store.ValidateRecordEffect(p); err != nil {
 		return nil, err
@@ -132,17 +128,35 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 		if err != nil {
 			return err
 		}
+		existing, err := getEffect(ctx, tx, p.Tenant, p.Token.JobID, p.Key)
+		if err != nil {
+			return err
+		}
+		write, err := store.DecideRecord(existing, p)
+		if err != nil {
+			return err
+		}
+		if !write {
+			out = existing
+			return nil
+		}
 		out, err = scanEffect(tx.QueryRow(ctx, qRecordEffect, p.Tenant, p.Token.JobID, p.Key, string(p.Status),
 			p.Token.Generation, p.ProviderOperationID, p.Result, now))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("effect %q of job %s was never reserved: %w", p.Key, p.Token.JobID, store.ErrEffectNotFound)
-		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// getEffect reads the key's ledger record; nil when it has none.
+func getEffect(ctx context.Context, q querier, tenant, jobID, key string) (*store.Effect, error) {
+	eff, err := scanEffect(q.QueryRow(ctx, qGetEffect, tenant, jobID, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return eff, err
 }
 
 // ListCheckpoints implements store.Store.

@@ -262,33 +262,25 @@ func (s *Store) pendingCreates(calls []createCall, idx []int, dbNow time.Time, p
 			now = c.p.Now
 		}
 		out[ci].results = make([]store.CreateResult, len(c.p.Requests))
-		plan, err := store.PlanUnique(c.p.Requests)
+		steps, err := store.PlanCreate(c.p.Requests)
 		if err != nil {
 			out[ci] = createAnswer{err: err}
 			continue
 		}
-		byKey := map[string]*pendingCreate{}
 		byIdx := make([]*pendingCreate, len(c.p.Requests))
-		for i, r := range c.p.Requests {
-			pc := &pendingCreate{call: ci, idx: i, key: r.RequestID, uq: plan[i]}
+		for i, st := range steps {
+			pc := &pendingCreate{call: ci, idx: i, key: c.p.Requests[i].RequestID, fp: st.Fingerprint, uq: st.Unique}
 			byIdx[i] = pc
-			if r.RequestID != "" {
-				pc.fp = store.Fingerprint(r.Spec)
-				if prev, ok := byKey[r.RequestID]; ok {
-					if prev.fp != pc.fp {
-						out[ci] = createAnswer{err: conflictError(i, len(c.p.Requests))}
-						break
-					}
-					replayOf[pc] = prev
-					continue
-				}
-				byKey[r.RequestID] = pc
+			if st.RepeatOf >= 0 {
+				replayOf[pc] = byIdx[st.RepeatOf]
+				continue
 			}
-			if first := plan[i].First; first >= 0 {
+			if first := st.Unique.First; first >= 0 {
 				// Answered with the first's job; it takes no request id.
 				dupOf[pc] = byIdx[first]
 				continue
 			}
+			r := c.p.Requests[i]
 			id, err := s.newID()
 			if err != nil {
 				return nil, nil, nil, err
@@ -434,10 +426,9 @@ func (s *Store) takeKeys(ctx context.Context, tx *lazyTx, calls []createCall, ke
 	return taken, rows.Err()
 }
 
-// resolveHeldKeys answers the requests whose id a live record holds: the
-// record's job replays when the fingerprints match, the call fails with
-// ErrIdempotencyConflict when they differ, and a record whose job was
-// pruned is given to the new job (it counts as expired).
+// resolveHeldKeys answers the requests whose id a live record holds, as
+// store.DecideRequestID says: the record's job replays, the call fails
+// with ErrIdempotencyConflict, or the record is given to the new job.
 func (s *Store) resolveHeldKeys(ctx context.Context, tx *lazyTx, calls []createCall, held []*pendingCreate,
 	replayed map[*pendingCreate]*store.Job, out []createAnswer) error {
 	if len(held) == 0 {
@@ -452,22 +443,19 @@ func (s *Store) resolveHeldKeys(ctx context.Context, tx *lazyTx, calls []createC
 	if err != nil {
 		return err
 	}
-	type record struct {
-		fp  string
-		job *store.Job
-	}
-	found := map[int]record{}
+	found := map[int]store.IdempotencyRecord{}
 	var jobTenants, jobIDs []string
 	for rows.Next() {
 		var (
 			ord       int64
 			fp, jobID string
+			expires   time.Time
 		)
-		if err := rows.Scan(&ord, &fp, &jobID); err != nil {
+		if err := rows.Scan(&ord, &fp, &jobID, &expires); err != nil {
 			rows.Close()
 			return err
 		}
-		found[int(ord)-1] = record{fp: fp}
+		found[int(ord)-1] = store.IdempotencyRecord{Fingerprint: fp, ExpiresAt: expires}
 		jobTenants = append(jobTenants, tenants[ord-1])
 		jobIDs = append(jobIDs, jobID)
 	}
@@ -482,7 +470,7 @@ func (s *Store) resolveHeldKeys(ctx context.Context, tx *lazyTx, calls []createC
 	k := 0
 	for i := range held {
 		if r, ok := found[i]; ok {
-			r.job = jobs[store.QueueRef{Tenant: jobTenants[k], Queue: jobIDs[k]}]
+			r.Job = jobs[store.QueueRef{Tenant: jobTenants[k], Queue: jobIDs[k]}]
 			found[i] = r
 			k++
 		}
@@ -490,21 +478,21 @@ func (s *Store) resolveHeldKeys(ctx context.Context, tx *lazyTx, calls []createC
 	for i, pc := range held {
 		c := calls[pc.call]
 		r, ok := found[i]
-		switch {
-		case !ok:
+		if !ok {
 			// The record vanished since the key statement (retention):
 			// impossible under its row lock; refuse rather than guess.
 			return fmt.Errorf("request id %q: its record vanished", pc.key)
-		case r.job == nil:
-			// Its job was pruned: the record counts as expired.
-			now := cmp.Or(c.p.Now, pc.job.CreatedAt)
+		}
+		now := cmp.Or(c.p.Now, pc.job.CreatedAt)
+		switch store.DecideRequestID(pc.fp, &r, now) {
+		case store.KeyTake:
 			if _, err := tx.Exec(ctx, qRetargetIdempotencyKey, c.p.Tenant, pc.key, pc.fp, pc.job.ID, now.Add(c.window)); err != nil {
 				return err
 			}
-		case r.fp != pc.fp:
-			out[pc.call] = createAnswer{err: conflictError(pc.idx, len(c.p.Requests))}
-		default:
-			replayed[pc] = r.job
+		case store.KeyConflict:
+			out[pc.call] = createAnswer{err: store.IdempotencyConflictError(pc.idx, len(c.p.Requests))}
+		case store.KeyReplay:
+			replayed[pc] = r.Job
 		}
 	}
 	return nil
@@ -601,18 +589,6 @@ func duplicateIDError(err error) error {
 		return engineErrorf("the id generator returned an id that a job already has; nothing was created")
 	}
 	return err
-}
-
-func conflictError(i, n int) error {
-	return fmt.Errorf("%s.request_id: %w", requestField(i, n), store.ErrIdempotencyConflict)
-}
-
-// requestField names request i the way store.ValidateCreate does.
-func requestField(i, n int) string {
-	if n > 1 {
-		return fmt.Sprintf("requests[%d]", i)
-	}
-	return "requests"
 }
 
 func metadataJSON(md map[string]string) (string, error) {

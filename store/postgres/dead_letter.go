@@ -188,29 +188,18 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 		if err != nil {
 			return err
 		}
-		switch {
-		case dj.Abandoned:
-			return fmt.Errorf("replay job %s: %w", p.JobID, store.ErrAbandoned)
-		case dj.ReplayedAs != "":
-			already = true
+		dead := dj.Job
+		if already, err = store.DecideReplay(dead, dj.Abandoned, dj.ReplayedAs); err != nil {
+			return err
+		}
+		if already {
 			out, err = getJob(ctx, tx, p.Tenant, dj.ReplayedAs)
 			if errors.Is(err, pgx.ErrNoRows) {
-				// The replay was pruned; its id is all that is left.
-				return fmt.Errorf("replay %s of job %s was pruned: %w", dj.ReplayedAs, p.JobID, store.ErrNotFound)
+				return store.ReplayGone(p.JobID, dj.ReplayedAs)
 			}
 			return err
 		}
-		already = false
-		dead := dj.Job
 		policy, err := getPolicy(ctx, tx, p.Tenant, dead.Queue)
-		if err != nil {
-			return err
-		}
-		var deadline any
-		if policy.Retry.TotalRetryDeadline > 0 {
-			deadline = now.Add(policy.Retry.TotalRetryDeadline)
-		}
-		metadata, err := metadataJSON(dead.Metadata)
 		if err != nil {
 			return err
 		}
@@ -218,22 +207,29 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 		if err != nil {
 			return err
 		}
-		rec, err := scanJob(tx.QueryRow(ctx, qInsertJob, p.Tenant, id, dead.Queue, dead.Kind, blobArg(dead.Payload),
-			metadata, dead.Priority, dead.MaxAttempts, now, now, deadline, dead.ID, dead.Dependency, dead.ConcurrencyKey))
+		plan := store.PlanReplay(*policy, dead, id, now, store.ClientChange{Actor: p.Actor, Reason: p.Reason})
+		j := plan.Job
+		var deadline any
+		if !j.RetryDeadline.IsZero() {
+			deadline = j.RetryDeadline
+		}
+		metadata, err := metadataJSON(j.Metadata)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, qInsertEvent, p.Tenant, id, int64(1), string(store.EventQueued), now,
-			event{data: withActor(map[string]any{"queue": dead.Queue, "available_at": now, "replay_of": dead.ID, "reason": p.Reason}, p.Actor)}.json()); err != nil {
+		rec, err := scanJob(tx.QueryRow(ctx, qInsertJob, p.Tenant, id, j.Queue, j.Kind, blobArg(j.Payload),
+			metadata, j.Priority, j.MaxAttempts, j.CreatedAt, j.AvailableAt, deadline, j.ReplayOf, j.Dependency, j.ConcurrencyKey))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, qInsertEvent, p.Tenant, id, int64(1), string(plan.Queued.Type), now, plan.Queued.Data); err != nil {
 			return err
 		}
 		var seq int64
 		if err := tx.QueryRow(ctx, qMarkReplayed, p.Tenant, dead.ID, id).Scan(&seq); err != nil {
 			return err
 		}
-		if err := appendReserved(ctx, tx, p.Tenant, dead.ID, seq, now, event{typ: store.EventReplayed, data: withActor(map[string]any{
-			"replayed_as": id, "reason": p.Reason,
-		}, p.Actor)}); err != nil {
+		if err := appendReserved(ctx, tx, p.Tenant, dead.ID, seq, now, plan.Replayed); err != nil {
 			return err
 		}
 		out = rec.job
@@ -261,10 +257,11 @@ func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams
 		if err != nil {
 			return err
 		}
-		switch {
-		case dj.ReplayedAs != "":
-			return fmt.Errorf("abandon job %s (replayed as %s): %w", p.JobID, dj.ReplayedAs, store.ErrAlreadyReplayed)
-		case dj.Abandoned:
+		change, err := store.DecideAbandon(dj.Job, dj.Abandoned, dj.ReplayedAs)
+		if err != nil {
+			return err
+		}
+		if !change {
 			out = dj
 			return nil
 		}
@@ -273,7 +270,7 @@ func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams
 			return err
 		}
 		if err := appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-			event{typ: store.EventAbandoned, data: withActor(map[string]any{"reason": p.Reason}, p.Actor)}); err != nil {
+			store.AbandonEvent(store.ClientChange{Actor: p.Actor, Reason: p.Reason})); err != nil {
 			return err
 		}
 		rec.job.Checkpoint = dj.Job.Checkpoint

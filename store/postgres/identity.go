@@ -47,8 +47,10 @@ const qPrincipalByCertSubject = `
 // qGetPrincipal reads one principal of a tenant.
 const qGetPrincipal = `SELECT ` + principalColumns + ` FROM principals WHERE tenant = $1 AND id = $2`
 
-// qRevokePrincipal revokes a valid principal; no row when it is missing or
-// already revoked.
+// qLockPrincipal reads a principal for a change, locking its row.
+const qLockPrincipal = qGetPrincipal + ` FOR UPDATE`
+
+// qRevokePrincipal revokes a valid principal (store.DecideRevoke).
 const qRevokePrincipal = `
 	UPDATE principals SET revoked_at = $3
 	WHERE tenant = $1 AND id = $2 AND revoked_at IS NULL
@@ -286,23 +288,26 @@ func (s *Store) RevokePrincipal(ctx context.Context, p store.RevokePrincipalPara
 		if err != nil {
 			return err
 		}
-		pr, err := scanPrincipal(tx.QueryRow(ctx, qRevokePrincipal, p.Tenant, p.ID, now))
+		existing, err := scanPrincipal(tx.QueryRow(ctx, qLockPrincipal, p.Tenant, p.ID))
 		if errors.Is(err, pgx.ErrNoRows) {
-			// Missing, or revoked already (a no-op).
-			pr, err = scanPrincipal(tx.QueryRow(ctx, qGetPrincipal, p.Tenant, p.ID))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("principal %s: %w", p.ID, store.ErrPrincipalNotFound)
-			}
-			out = pr
-			return err
+			existing, err = nil, nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := s.insertAudit(ctx, tx, store.AppendAuditParams{
-			Tenant: p.Tenant, Actor: p.Actor, ActorName: p.ActorName, Action: store.AuditAPIKeyRevoked,
-			Target: pr.ID, Data: store.PrincipalAuditData(pr),
-		}, now); err != nil {
+		revoke, err := store.DecideRevoke(existing, p.ID)
+		if err != nil {
+			return err
+		}
+		if !revoke {
+			out = existing
+			return nil
+		}
+		pr, err := scanPrincipal(tx.QueryRow(ctx, qRevokePrincipal, p.Tenant, p.ID, now))
+		if err != nil {
+			return err
+		}
+		if _, err := s.insertAudit(ctx, tx, store.RevokeAudit(p, pr), now); err != nil {
 			return err
 		}
 		out = pr
@@ -478,13 +483,4 @@ func (s *Store) ListAudit(ctx context.Context, p store.ListAuditParams) (*store.
 		page.Events = append(page.Events, *e)
 	}
 	return page, nil
-}
-
-// withActor adds the acting principal to an event's data, when there is
-// one.
-func withActor(data map[string]any, actor string) map[string]any {
-	if actor != "" {
-		data["actor"] = actor
-	}
-	return data
 }

@@ -70,31 +70,23 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 		if err != nil {
 			return err
 		}
-		job := rec.job
-		switch {
-		case job.State.Terminal():
-			return fmt.Errorf("cancel job %s (%s): %w", p.JobID, job.State, store.ErrAlreadyFinal)
-		case job.State == store.JobStateLeased && job.CancelRequested:
+		plan, err := store.DecideRequestCancel(rec.job, store.ClientChange{Actor: p.Actor, Reason: p.Reason})
+		if err != nil {
+			return err
+		}
+		switch plan.Action {
+		case store.ActCancelQueued:
+			rec, err = scanJob(tx.QueryRow(ctx, qCancelQueued, p.Tenant, p.JobID, now, p.Reason))
+		case store.ActRequestCancel:
+			rec, err = scanJob(tx.QueryRow(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason))
+		default: // already requested: unchanged, no second event
 			out, err = getJob(ctx, tx, p.Tenant, p.JobID)
 			return err
-		case job.State == store.JobStateQueued:
-			rec, err = scanJob(tx.QueryRow(ctx, qCancelQueued, p.Tenant, p.JobID, now, p.Reason))
-			if err != nil {
-				return err
-			}
-			err = appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-				event{typ: store.EventCancelled, data: withActor(map[string]any{"reason": p.Reason, "by": "client"}, p.Actor)})
-		default: // leased
-			rec, err = scanJob(tx.QueryRow(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason))
-			if err != nil {
-				return err
-			}
-			err = appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now,
-				event{typ: store.EventCancelRequested, data: withActor(map[string]any{
-					"reason": p.Reason, "worker_id": job.LeaseOwner, "lease_generation": job.LeaseGeneration,
-				}, p.Actor)})
 		}
 		if err != nil {
+			return err
+		}
+		if err := appendReserved(ctx, tx, p.Tenant, p.JobID, rec.lastEventSeq, now, plan.Event); err != nil {
 			return err
 		}
 		if err := attachCheckpoint(ctx, tx, rec.job); err != nil {

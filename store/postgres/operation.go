@@ -526,12 +526,6 @@ func (p *chunkPlan) woke(queue string) {
 	p.wake[queue] = true
 }
 
-// opData is the event data of a job acted on by op.
-func opData(op *store.Operation, data map[string]any) map[string]any {
-	data["operation"] = op.ID
-	return withActor(data, op.Actor)
-}
-
 // applyChunk queues the plan's statements on b, set-based: one statement
 // per action over the chunk's rows (each the single-job call's statement,
 // on arrays) and one insert of every event. Every job is locked by the
@@ -539,20 +533,18 @@ func opData(op *store.Operation, data map[string]any) map[string]any {
 // the single-job calls' appends make it.
 func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan, b *pgx.Batch) error {
 	op, now, tenant := p.op, p.now, p.op.Tenant
+	change := store.ClientChange{Actor: op.Actor, Reason: op.Reason, Operation: op.ID}
 	var ev events
 	if ids := rowIDs(p.cancelQueued); len(ids) > 0 {
 		b.Queue(qCancelQueuedMany, tenant, ids, now, op.Reason)
-		data := event{data: opData(op, map[string]any{"reason": op.Reason, "by": "client"})}.json()
 		for _, r := range p.cancelQueued {
-			ev.add(r.JobID, r.LastEventSeq+1, store.EventCancelled, data)
+			ev.add(r.JobID, r.LastEventSeq+1, store.CancelEvent(r.Job, change))
 		}
 	}
 	if ids := rowIDs(p.requestCancel); len(ids) > 0 {
 		b.Queue(qRequestCancelLeasedMany, tenant, ids, op.Reason)
 		for _, r := range p.requestCancel {
-			ev.add(r.JobID, r.LastEventSeq+1, store.EventCancelRequested, event{data: opData(op, map[string]any{
-				"reason": op.Reason, "worker_id": r.Job.LeaseOwner, "lease_generation": r.Job.LeaseGeneration,
-			})}.json())
+			ev.add(r.JobID, r.LastEventSeq+1, store.CancelEvent(r.Job, change))
 		}
 	}
 	if len(p.replay) > 0 {
@@ -569,20 +561,17 @@ func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan, b *pgx.
 				}
 				policies[dead.Queue] = pol
 			}
-			if pol.Retry.TotalRetryDeadline > 0 {
-				d := now.Add(pol.Retry.TotalRetryDeadline)
-				deadlines[i] = &d
-			}
 			id, err := s.newID()
 			if err != nil {
 				return err
 			}
+			plan := store.PlanReplay(*pol, dead, id, now, change)
+			if d := plan.Job.RetryDeadline; !d.IsZero() {
+				deadlines[i] = &d
+			}
 			newIDs[i], deadIDs[i] = id, dead.ID
-			key := store.OperationReplayKey(op.ID, dead.ID)
-			ev.add(id, 1, store.EventQueued, event{data: opData(op, map[string]any{"queue": dead.Queue, "available_at": now,
-				"replay_of": dead.ID, "reason": op.Reason, "replay_key": key})}.json())
-			ev.add(dead.ID, r.LastEventSeq+1, store.EventReplayed, event{data: opData(op, map[string]any{
-				"replayed_as": id, "reason": op.Reason, "replay_key": key})}.json())
+			ev.add(id, 1, plan.Queued)
+			ev.add(dead.ID, r.LastEventSeq+1, plan.Replayed)
 			p.woke(dead.Queue)
 		}
 		b.Queue(qReplayMany, tenant, newIDs, deadIDs, deadlines, now)
@@ -590,9 +579,9 @@ func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan, b *pgx.
 	}
 	if ids := rowIDs(p.abandon); len(ids) > 0 {
 		b.Queue(qMarkAbandonedMany, tenant, ids)
-		data := event{data: opData(op, map[string]any{"reason": op.Reason})}.json()
+		abandoned := store.AbandonEvent(change)
 		for _, r := range p.abandon {
-			ev.add(r.JobID, r.LastEventSeq+1, store.EventAbandoned, data)
+			ev.add(r.JobID, r.LastEventSeq+1, abandoned)
 		}
 	}
 	if len(p.makeAvailable) > 0 {
@@ -625,6 +614,6 @@ type events struct {
 	seqs              []int64
 }
 
-func (e *events) add(jobID string, seq int64, typ store.EventType, data string) {
-	e.jobs, e.seqs, e.types, e.data = append(e.jobs, jobID), append(e.seqs, seq), append(e.types, string(typ)), append(e.data, data)
+func (e *events) add(jobID string, seq int64, ev store.NewEvent) {
+	e.jobs, e.seqs, e.types, e.data = append(e.jobs, jobID), append(e.seqs, seq), append(e.types, string(ev.Type)), append(e.data, ev.Data)
 }

@@ -624,7 +624,7 @@ const (
 
 	// qHeldIdempotencyKeys reads the live records of request ids that
 	// qTakeIdempotencyKeys did not take, by 1-based position.
-	qHeldIdempotencyKeys = `SELECT r.ord, k.fingerprint, k.job_id
+	qHeldIdempotencyKeys = `SELECT r.ord, k.fingerprint, k.job_id, k.expires_at
 	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(tenant, key, ord)
 	JOIN idempotency_keys k ON k.tenant = r.tenant AND k.operation = 'create_job' AND k.key = r.key`
 

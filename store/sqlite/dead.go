@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leasehold/leasehold/store"
 )
@@ -157,62 +156,41 @@ func (s *Store) ReplayDeadJob(ctx context.Context, p store.ReplayDeadJobParams) 
 			return err
 		}
 		dead := row.job
-		switch {
-		case dead.State != store.JobStateDead:
-			return fmt.Errorf("replay job %q (%s): %w", p.JobID, dead.State, store.ErrNotDead)
-		case row.abandoned:
-			return fmt.Errorf("replay job %q: %w", p.JobID, store.ErrAbandoned)
-		case row.replayedAs != "":
+		if replayed, err = store.DecideReplay(dead, row.abandoned, row.replayedAs); err != nil {
+			return err
+		}
+		if replayed {
 			prev, err := getJobTx(ctx, tx, p.Tenant, row.replayedAs)
 			if errors.Is(err, store.ErrNotFound) {
-				// The replay itself was pruned by retention: there is no
-				// job to return, and replaying again would break the
-				// one-replay rule.
-				return fmt.Errorf("replay job %q: replayed as %q, which no longer exists: %w", p.JobID, row.replayedAs, store.ErrAlreadyReplayed)
+				return store.ReplayGone(p.JobID, row.replayedAs)
 			}
 			if err != nil {
 				return err
 			}
-			job, replayed = prev.job, true
+			job = prev.job
 			return nil
 		}
 		pol, err := policyTx(ctx, tx, p.Tenant, dead.Queue)
 		if err != nil {
 			return err
 		}
-		j := newJob{
-			tenant:         p.Tenant,
-			id:             s.opts.NewID(),
-			queue:          dead.Queue,
-			kind:           dead.Kind,
-			dependency:     dead.Dependency,
-			concurrencyKey: dead.ConcurrencyKey,
-			replayOf:       dead.ID,
-			payload:        dead.Payload,
-			metadata:       dead.Metadata,
-			priority:       dead.Priority,
-			maxAttempts:    dead.MaxAttempts,
-			createdAt:      now,
-			availableAt:    now,
-		}
-		if d := pol.Retry.TotalRetryDeadline; d > 0 {
-			j.retryDeadline = now.Add(d).Truncate(time.Microsecond)
-		}
-		if err := insertNewJob(ctx, tx, j, withActor(p.Actor, "replay_of", dead.ID, "reason", p.Reason)...); err != nil {
+		plan := store.PlanReplay(*pol, dead, s.opts.NewID(), now, store.ClientChange{Actor: p.Actor, Reason: p.Reason})
+		j := plan.Job
+		if err := insertNewJob(ctx, tx, j, plan.Queued); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, qMarkReplayed, p.Tenant, dead.ID, j.id); err != nil {
+		if _, err := tx.ExecContext(ctx, qMarkReplayed, p.Tenant, dead.ID, j.ID); err != nil {
 			return fmt.Errorf("mark replayed: %w", err)
 		}
-		if _, err := appendEvent(ctx, tx, p.Tenant, dead.ID, store.EventReplayed, now, eventData(withActor(p.Actor, "replayed_as", j.id, "reason", p.Reason)...)); err != nil {
+		if _, err := appendEvent(ctx, tx, p.Tenant, dead.ID, now, plan.Replayed); err != nil {
 			return err
 		}
-		created, err := getJobTx(ctx, tx, p.Tenant, j.id)
+		created, err := getJobTx(ctx, tx, p.Tenant, j.ID)
 		if err != nil {
 			return err
 		}
 		job = created.job
-		tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: j.queue})
+		tx.wake = append(tx.wake, store.QueueRef{Tenant: p.Tenant, Queue: j.Queue})
 		return nil
 	})
 	if err != nil {
@@ -236,16 +214,15 @@ func (s *Store) AbandonDeadJob(ctx context.Context, p store.AbandonDeadJobParams
 		if err != nil {
 			return err
 		}
-		switch {
-		case row.job.State != store.JobStateDead:
-			return fmt.Errorf("abandon job %q (%s): %w", p.JobID, row.job.State, store.ErrNotDead)
-		case row.replayedAs != "":
-			return fmt.Errorf("abandon job %q: replayed as %q: %w", p.JobID, row.replayedAs, store.ErrAlreadyReplayed)
-		case !row.abandoned:
+		change, err := store.DecideAbandon(row.job, row.abandoned, row.replayedAs)
+		if err != nil {
+			return err
+		}
+		if change {
 			if _, err := tx.ExecContext(ctx, qMarkAbandoned, p.Tenant, p.JobID); err != nil {
 				return fmt.Errorf("abandon: %w", err)
 			}
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventAbandoned, now, eventData(withActor(p.Actor, "reason", p.Reason)...)); err != nil {
+			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, now, store.AbandonEvent(store.ClientChange{Actor: p.Actor, Reason: p.Reason})); err != nil {
 				return err
 			}
 			if row, err = getJobTx(ctx, tx, p.Tenant, p.JobID); err != nil {

@@ -48,8 +48,7 @@ SELECT ` + principalColumns + ` FROM principals WHERE cert_subject = ?1 AND revo
 // qGetPrincipal reads one principal of a tenant.
 const qGetPrincipal = `SELECT ` + principalColumns + ` FROM principals WHERE tenant = ?1 AND id = ?2`
 
-// qRevokePrincipal revokes a valid principal; no row when it is missing or
-// already revoked.
+// qRevokePrincipal revokes a valid principal (store.DecideRevoke).
 const qRevokePrincipal = `
 UPDATE principals SET revoked_at = ?3
 WHERE tenant = ?1 AND id = ?2 AND revoked_at IS NULL
@@ -310,23 +309,26 @@ func (s *Store) RevokePrincipal(ctx context.Context, p store.RevokePrincipalPara
 	var out *store.Principal
 	err := s.write(ctx, "revoke_principal", func(tx *writeTx) error {
 		now := s.clock(p.Now)
-		pr, err := scanPrincipal(tx.QueryRowContext(ctx, qRevokePrincipal, p.Tenant, p.ID, micros(now)))
+		existing, err := scanPrincipal(tx.QueryRowContext(ctx, qGetPrincipal, p.Tenant, p.ID))
 		if errors.Is(err, sql.ErrNoRows) {
-			// Missing, or revoked already (a no-op).
-			pr, err = scanPrincipal(tx.QueryRowContext(ctx, qGetPrincipal, p.Tenant, p.ID))
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("principal %s: %w", p.ID, store.ErrPrincipalNotFound)
-			}
-			out = pr
-			return err
+			existing, err = nil, nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := s.insertAudit(ctx, tx, store.AppendAuditParams{
-			Tenant: p.Tenant, Actor: p.Actor, ActorName: p.ActorName, Action: store.AuditAPIKeyRevoked,
-			Target: pr.ID, Data: store.PrincipalAuditData(pr),
-		}, now); err != nil {
+		revoke, err := store.DecideRevoke(existing, p.ID)
+		if err != nil {
+			return err
+		}
+		if !revoke {
+			out = existing
+			return nil
+		}
+		pr, err := scanPrincipal(tx.QueryRowContext(ctx, qRevokePrincipal, p.Tenant, p.ID, micros(now)))
+		if err != nil {
+			return err
+		}
+		if _, err := s.insertAudit(ctx, tx, store.RevokeAudit(p, pr), now); err != nil {
 			return err
 		}
 		out = pr
@@ -503,13 +505,4 @@ func (s *Store) ListAudit(ctx context.Context, p store.ListAuditParams) (*store.
 		page.NextCursor = store.EncodeAuditCursor(page.Events[limit-1])
 	}
 	return page, nil
-}
-
-// withActor appends the acting principal to an event's key-value data,
-// when there is one.
-func withActor(actor string, kv ...any) []any {
-	if actor != "" {
-		kv = append(kv, "actor", actor)
-	}
-	return kv
 }

@@ -44,13 +44,13 @@ func requireJob(ctx context.Context, q querier, tenant, id string) error {
 
 // appendEvent appends an event to a job with the next gapless sequence and
 // returns that sequence.
-func appendEvent(ctx context.Context, tx *writeTx, tenant, jobID string, typ store.EventType, at time.Time, data string) (int64, error) {
+func appendEvent(ctx context.Context, tx *writeTx, tenant, jobID string, at time.Time, e store.NewEvent) (int64, error) {
 	var seq int64
 	if err := tx.QueryRowContext(ctx, qBumpEventSeq, tenant, jobID).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("append %s event: %w", typ, err)
+		return 0, fmt.Errorf("append %s event: %w", e.Type, err)
 	}
-	if _, err := tx.ExecContext(ctx, qInsertEvent, tenant, jobID, seq, string(typ), micros(at), data); err != nil {
-		return 0, fmt.Errorf("append %s event: %w", typ, err)
+	if _, err := tx.ExecContext(ctx, qInsertEvent, tenant, jobID, seq, string(e.Type), micros(at), e.Data); err != nil {
+		return 0, fmt.Errorf("append %s event: %w", e.Type, err)
 	}
 	return seq, nil
 }
@@ -65,34 +65,24 @@ func policyTx(ctx context.Context, q querier, tenant, queue string) (*store.Queu
 	return p, err
 }
 
-// newJob is a job to insert.
-type newJob struct {
-	tenant, id, queue, kind, dependency, replayOf string
-	concurrencyKey                                string
-	payload                                       []byte
-	metadata                                      map[string]string
-	priority, maxAttempts                         int32
-	createdAt, availableAt, retryDeadline         time.Time
-}
-
-// insertNewJob inserts a QUEUED job and its queued event (sequence 1). A
-// duplicate id fails the statement, and with it the caller's transaction.
-func insertNewJob(ctx context.Context, tx *writeTx, j newJob, eventExtra ...any) error {
-	md, err := encodeMetadata(j.metadata)
+// insertNewJob inserts a QUEUED job (a replay's, store.PlanReplay) and
+// its queued event (sequence 1). A duplicate id fails the statement, and
+// with it the caller's transaction.
+func insertNewJob(ctx context.Context, tx *writeTx, j *store.Job, queued store.NewEvent) error {
+	md, err := encodeMetadata(j.Metadata)
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, qInsertJob, j.tenant, j.id, j.queue, j.kind, blob(j.payload), md,
-		j.priority, j.maxAttempts, micros(j.createdAt), micros(j.availableAt), nullMicros(j.retryDeadline),
-		j.replayOf, j.dependency, j.concurrencyKey, nil, 0, nil)
+	_, err = tx.ExecContext(ctx, qInsertJob, j.Tenant, j.ID, j.Queue, j.Kind, blob(j.Payload), md,
+		j.Priority, j.MaxAttempts, micros(j.CreatedAt), micros(j.AvailableAt), nullMicros(j.RetryDeadline),
+		j.ReplayOf, j.Dependency, j.ConcurrencyKey, nil, 0, nil)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.id)
+		return fmt.Errorf("insert job: job id %q already exists; the id generator returned a duplicate", j.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("insert job: %w", err)
 	}
-	data := eventData(append([]any{"queue", j.queue, "available_at", j.availableAt}, eventExtra...)...)
-	_, err = appendEvent(ctx, tx, j.tenant, j.id, store.EventQueued, j.createdAt, data)
+	_, err = appendEvent(ctx, tx, j.Tenant, j.ID, j.CreatedAt, queued)
 	return err
 }
 
@@ -170,39 +160,32 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 	p, window := c.p, c.window
 	now := s.clock(p.Now)
 	results := make([]store.CreateResult, len(p.Requests))
-	// Keys seen earlier in this call: a repeat replays (or conflicts
-	// with) the earlier request, which is not committed yet.
-	type seen struct {
-		fingerprint string
-		index       int
-	}
-	batchKeys := make(map[string]seen)
 	policies := make(map[string]*store.QueuePolicy)
-	plan, err := store.PlanUnique(p.Requests)
+	steps, err := store.PlanCreate(p.Requests)
 	if err != nil {
 		return nil, err
 	}
 	for i, r := range p.Requests {
-		fp := store.Fingerprint(r.Spec)
+		st := steps[i]
+		if st.RepeatOf >= 0 {
+			results[i] = store.CreateResult{Job: results[st.RepeatOf].Job, Replayed: true}
+			continue
+		}
 		if r.RequestID != "" {
-			if prev, ok := batchKeys[r.RequestID]; ok {
-				if prev.fingerprint != fp {
-					return nil, fmt.Errorf("requests[%d]: request id also used by requests[%d]: %w", i, prev.index, store.ErrIdempotencyConflict)
-				}
-				results[i] = store.CreateResult{Job: results[prev.index].Job, Replayed: true}
-				continue
-			}
-			batchKeys[r.RequestID] = seen{fingerprint: fp, index: i}
-			job, err := s.lookupIdempotent(ctx, tx, p.Tenant, r.RequestID, fp, now)
+			d, job, err := s.lookupIdempotent(ctx, tx, p.Tenant, r.RequestID, st.Fingerprint, now)
 			if err != nil {
-				return nil, fmt.Errorf("requests[%d]: %w", i, err)
+				return nil, err
 			}
-			if job != nil {
+			switch d {
+			case store.KeyConflict:
+				return nil, store.IdempotencyConflictError(i, len(p.Requests))
+			case store.KeyReplay:
 				results[i] = store.CreateResult{Job: job, Replayed: true}
 				continue
+			case store.KeyTake:
 			}
 		}
-		if u := plan[i]; u.First >= 0 {
+		if u := st.Unique; u.First >= 0 {
 			results[i] = store.CreateResult{Job: results[u.First].Job, Duplicate: true}
 			continue
 		} else if u.Key != "" {
@@ -226,18 +209,18 @@ func (s *Store) createCall(ctx context.Context, tx *writeTx, c createCall) ([]st
 			policies[r.Spec.Queue] = pol
 		}
 		job, _ := store.DecideCreate(*pol, p.Tenant, s.opts.NewID(), r.Spec, now)
-		if err := insertJob(ctx, tx, job, plan[i].Key); err != nil {
+		if err := insertJob(ctx, tx, job, st.Unique.Key); err != nil {
 			return nil, fmt.Errorf("requests[%d]: %w", i, err)
 		}
-		if plan[i].Period > 0 {
-			expires := now.Add(plan[i].Period).Truncate(time.Microsecond)
-			if _, err := tx.ExecContext(ctx, qPutUniqueKey, p.Tenant, plan[i].Key, job.ID, micros(expires)); err != nil {
+		if st.Unique.Period > 0 {
+			expires := now.Add(st.Unique.Period).Truncate(time.Microsecond)
+			if _, err := tx.ExecContext(ctx, qPutUniqueKey, p.Tenant, st.Unique.Key, job.ID, micros(expires)); err != nil {
 				return nil, fmt.Errorf("requests[%d]: record unique key: %w", i, err)
 			}
 		}
 		if r.RequestID != "" {
 			expires := now.Add(window).Truncate(time.Microsecond)
-			if _, err := tx.ExecContext(ctx, qInsertIdempotencyKey, p.Tenant, r.RequestID, fp, job.ID, micros(expires)); err != nil {
+			if _, err := tx.ExecContext(ctx, qInsertIdempotencyKey, p.Tenant, r.RequestID, st.Fingerprint, job.ID, micros(expires)); err != nil {
 				return nil, fmt.Errorf("requests[%d]: record request id: %w", i, err)
 			}
 		}
@@ -303,38 +286,38 @@ func uniqueHolder(ctx context.Context, tx *writeTx, tenant string, u store.Uniqu
 	return row.job, nil
 }
 
-// lookupIdempotent resolves a request id against its stored record: the
-// original job when the fingerprint matches, ErrIdempotencyConflict when it
-// does not, nil when there is no live record (an expired record, or one whose
-// job was pruned, is deleted so the key can be recorded again).
-func (s *Store) lookupIdempotent(ctx context.Context, tx *writeTx, tenant, key, fp string, now time.Time) (*store.Job, error) {
+// lookupIdempotent decides a request id on its stored record
+// (store.DecideRequestID), with the record's job for a replay. A record
+// the new job takes (expired, or whose job was pruned) is deleted so the
+// key can be recorded again.
+func (s *Store) lookupIdempotent(ctx context.Context, tx *writeTx, tenant, key, fp string, now time.Time) (store.KeyDecision, *store.Job, error) {
 	var (
-		storedFP, jobID string
-		expires         int64
+		rec     store.IdempotencyRecord
+		jobID   string
+		expires int64
 	)
-	err := tx.QueryRowContext(ctx, qGetIdempotencyKey, tenant, key).Scan(&storedFP, &jobID, &expires)
+	err := tx.QueryRowContext(ctx, qGetIdempotencyKey, tenant, key).Scan(&rec.Fingerprint, &jobID, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+		return store.KeyTake, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up request id: %w", err)
+		return store.KeyTake, nil, fmt.Errorf("look up request id: %w", err)
 	}
-	if expires > micros(now) {
-		row, err := getJobTx(ctx, tx, tenant, jobID)
-		switch {
-		case err == nil:
-			if storedFP != fp {
-				return nil, fmt.Errorf("request id was used for job %s with a different request: %w", jobID, store.ErrIdempotencyConflict)
-			}
-			return row.job, nil
-		case !errors.Is(err, store.ErrNotFound):
-			return nil, err
-		}
+	rec.ExpiresAt = fromMicros(expires)
+	row, err := getJobTx(ctx, tx, tenant, jobID)
+	switch {
+	case err == nil:
+		rec.Job = row.job
+	case !errors.Is(err, store.ErrNotFound):
+		return store.KeyTake, nil, err
+	}
+	if d := store.DecideRequestID(fp, &rec, now); d != store.KeyTake {
+		return d, rec.Job, nil
 	}
 	if _, err := tx.ExecContext(ctx, qDeleteIdempotencyKey, tenant, key); err != nil {
-		return nil, fmt.Errorf("drop expired request id: %w", err)
+		return store.KeyTake, nil, fmt.Errorf("drop expired request id: %w", err)
 	}
-	return nil, nil
+	return store.KeyTake, nil, nil
 }
 
 // GetJob implements store.Store.

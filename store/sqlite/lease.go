@@ -395,27 +395,24 @@ func (s *Store) RequestCancel(ctx context.Context, p store.RequestCancelParams) 
 		if err != nil {
 			return err
 		}
-		switch j := row.job; {
-		case j.State.Terminal():
-			return fmt.Errorf("cancel job %q (%s): %w", p.JobID, j.State, store.ErrAlreadyFinal)
-		case j.State == store.JobStateQueued:
-			if _, err := tx.ExecContext(ctx, qCancelQueued, p.Tenant, p.JobID, micros(now), p.Reason); err != nil {
-				return fmt.Errorf("cancel: %w", err)
-			}
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventCancelled, now, eventData(withActor(p.Actor, "reason", p.Reason, "by", "client")...)); err != nil {
-				return err
-			}
-		case j.CancelRequested:
-			job = j // already requested: unchanged, no second event
+		plan, err := store.DecideRequestCancel(row.job, store.ClientChange{Actor: p.Actor, Reason: p.Reason})
+		if err != nil {
+			return err
+		}
+		switch plan.Action {
+		case store.ActCancelQueued:
+			_, err = tx.ExecContext(ctx, qCancelQueued, p.Tenant, p.JobID, micros(now), p.Reason)
+		case store.ActRequestCancel:
+			_, err = tx.ExecContext(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason)
+		default: // already requested: unchanged, no second event
+			job = row.job
 			return nil
-		default: // leased
-			if _, err := tx.ExecContext(ctx, qRequestCancelLeased, p.Tenant, p.JobID, p.Reason); err != nil {
-				return fmt.Errorf("request cancel: %w", err)
-			}
-			data := eventData(withActor(p.Actor, "reason", p.Reason, "worker_id", j.LeaseOwner, "lease_generation", j.LeaseGeneration)...)
-			if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, store.EventCancelRequested, now, data); err != nil {
-				return err
-			}
+		}
+		if err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+		if _, err := appendEvent(ctx, tx, p.Tenant, p.JobID, now, plan.Event); err != nil {
+			return err
 		}
 		row, err = getJobTx(ctx, tx, p.Tenant, p.JobID)
 		if err != nil {

@@ -40,21 +40,12 @@ func (s *Store) SaveCheckpoint(ctx context.Context, p store.SaveCheckpointParams
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("read latest checkpoint: %w", err)
 		}
-		c := &store.Checkpoint{
-			ID:              s.opts.NewID(),
-			JobID:           p.Token.JobID,
-			Phase:           p.Phase,
-			State:           emptyNil(p.State),
-			LeaseGeneration: p.Token.Generation,
-			ParentID:        parent,
-			CreatedAt:       now,
-		}
-		data := eventData("checkpoint_id", c.ID, "phase", c.Phase, "parent_id", parent, "lease_generation", c.LeaseGeneration)
-		seq, err := appendEvent(ctx, tx, p.Tenant, c.JobID, store.EventCheckpointSaved, now, data)
+		c, saved := store.PlanCheckpoint(p.Token, s.opts.NewID(), p.Phase, p.State, parent, now)
+		seq, err := appendEvent(ctx, tx, p.Tenant, c.JobID, now, saved)
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, qInsertCheckpoint, p.Tenant, c.ID, c.JobID, seq, c.Phase, blob(p.State),
+		_, err = tx.ExecContext(ctx, qInsertCheckpoint, p.Tenant, c.ID, c.JobID, seq, c.Phase, blob(c.State),
 			c.LeaseGeneration, c.ParentID, micros(now))
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return fmt.Errorf("insert checkpoint: checkpoint id %q already exists; the id generator returned a duplicate", c.ID)
@@ -95,27 +86,23 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 		if h == nil {
 			return leaseLost(ctx, tx, p.Tenant, p.Token)
 		}
-		existing, err := scanEffect(tx.QueryRowContext(ctx, qGetEffect, p.Tenant, p.Token.JobID, p.Key))
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			eff, err = scanEffect(tx.QueryRowContext(ctx, qInsertEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, micros(now)))
-			if err != nil {
-				return fmt.Errorf("reserve effect: %w", err)
-			}
-			reserved = true
-		case err != nil:
-			return fmt.Errorf("read effect: %w", err)
-		case existing.Status == store.EffectFailed:
-			// A failed effect did not happen: this generation may try again.
-			eff, err = scanEffect(tx.QueryRowContext(ctx, qReReserveEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, micros(now)))
-			if err != nil {
-				return fmt.Errorf("reserve effect: %w", err)
-			}
-			reserved = true
-		default:
-			// Succeeded: skip it. Reserved or unknown: reconcile first.
-			eff, reserved = existing, false
+		existing, err := getEffect(ctx, tx, p.Tenant, p.Token.JobID, p.Key)
+		if err != nil {
+			return err
 		}
+		switch store.DecideReserve(existing) {
+		case store.EffectInsert:
+			eff, err = scanEffect(tx.QueryRowContext(ctx, qInsertEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, micros(now)))
+		case store.EffectTakeOver:
+			eff, err = scanEffect(tx.QueryRowContext(ctx, qReReserveEffect, p.Tenant, p.Token.JobID, p.Key, p.Token.Generation, micros(now)))
+		default:
+			eff, reserved = existing, false
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reserve effect: %w", err)
+		}
+		reserved = true
 		return nil
 	})
 	if err != nil {
@@ -124,9 +111,8 @@ func (s *Store) ReserveEffect(ctx context.Context, p store.ReserveEffectParams) 
 	return eff, reserved, nil
 }
 
-// RecordEffect implements store.Store. A succeeded entry is final:
-// recording on it again returns it unchanged, so the caller sees the outcome
-// that counts.
+// RecordEffect implements store.Store. A succeeded entry is final
+// (store.DecideRecord).
 func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*store.Effect, error) {
 	if err := store.ValidateRecordEffect(p); err != nil {
 		return nil, err
@@ -141,23 +127,39 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 		if h == nil {
 			return leaseLost(ctx, tx, p.Tenant, p.Token)
 		}
-		eff, err = scanEffect(tx.QueryRowContext(ctx, qRecordEffect, p.Tenant, p.Token.JobID, p.Key,
-			string(p.Status), p.Token.Generation, p.ProviderOperationID, p.Result, micros(now)))
-		if err == nil {
+		existing, err := getEffect(ctx, tx, p.Tenant, p.Token.JobID, p.Key)
+		if err != nil {
+			return err
+		}
+		write, err := store.DecideRecord(existing, p)
+		if err != nil {
+			return err
+		}
+		if !write {
+			eff = existing
 			return nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		eff, err = scanEffect(tx.QueryRowContext(ctx, qRecordEffect, p.Tenant, p.Token.JobID, p.Key,
+			string(p.Status), p.Token.Generation, p.ProviderOperationID, p.Result, micros(now)))
+		if err != nil {
 			return fmt.Errorf("record effect: %w", err)
 		}
-		// Nothing updated: either never reserved, or already succeeded.
-		eff, err = scanEffect(tx.QueryRowContext(ctx, qGetEffect, p.Tenant, p.Token.JobID, p.Key))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("effect %q of job %q was never reserved: %w", p.Key, p.Token.JobID, store.ErrEffectNotFound)
-		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	return eff, nil
+}
+
+// getEffect reads the key's ledger record; nil when it has none.
+func getEffect(ctx context.Context, q querier, tenant, jobID, key string) (*store.Effect, error) {
+	eff, err := scanEffect(q.QueryRowContext(ctx, qGetEffect, tenant, jobID, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
 	}
 	return eff, nil
 }

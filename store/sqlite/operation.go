@@ -396,50 +396,39 @@ func readOperationRows(ctx context.Context, tx *writeTx, op *store.Operation, li
 // statements and events.
 func (s *Store) applyRow(ctx context.Context, tx *writeTx, op *store.Operation, a store.RowAction, r store.OperationRow, now time.Time) error {
 	tenant, id, j := op.Tenant, r.JobID, r.Job
-	actor := func(kv ...any) string { return eventData(withActor(op.Actor, append(kv, "operation", op.ID)...)...) }
+	change := store.ClientChange{Actor: op.Actor, Reason: op.Reason, Operation: op.ID}
 	switch a {
 	case store.ActCancelQueued:
 		if _, err := tx.ExecContext(ctx, qCancelQueued, tenant, id, micros(now), op.Reason); err != nil {
 			return fmt.Errorf("cancel: %w", err)
 		}
-		_, err := appendEvent(ctx, tx, tenant, id, store.EventCancelled, now, actor("reason", op.Reason, "by", "client"))
+		_, err := appendEvent(ctx, tx, tenant, id, now, store.CancelEvent(j, change))
 		return err
 	case store.ActRequestCancel:
 		if _, err := tx.ExecContext(ctx, qRequestCancelLeased, tenant, id, op.Reason); err != nil {
 			return fmt.Errorf("request cancel: %w", err)
 		}
-		_, err := appendEvent(ctx, tx, tenant, id, store.EventCancelRequested, now,
-			actor("reason", op.Reason, "worker_id", j.LeaseOwner, "lease_generation", j.LeaseGeneration))
+		_, err := appendEvent(ctx, tx, tenant, id, now, store.CancelEvent(j, change))
 		return err
 	case store.ActReplay:
 		pol, err := policyTx(ctx, tx, tenant, j.Queue)
 		if err != nil {
 			return err
 		}
-		key := store.OperationReplayKey(op.ID, j.ID)
-		nj := newJob{
-			tenant: tenant, id: s.opts.NewID(), queue: j.Queue, kind: j.Kind, dependency: j.Dependency,
-			concurrencyKey: j.ConcurrencyKey, replayOf: j.ID, payload: j.Payload, metadata: j.Metadata,
-			priority: j.Priority, maxAttempts: j.MaxAttempts, createdAt: now, availableAt: now,
-		}
-		if d := pol.Retry.TotalRetryDeadline; d > 0 {
-			nj.retryDeadline = now.Add(d).Truncate(time.Microsecond)
-		}
-		if err := insertNewJob(ctx, tx, nj, withActor(op.Actor, "replay_of", j.ID, "reason", op.Reason,
-			"operation", op.ID, "replay_key", key)...); err != nil {
+		plan := store.PlanReplay(*pol, j, s.opts.NewID(), now, change)
+		if err := insertNewJob(ctx, tx, plan.Job, plan.Queued); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, qMarkReplayed, tenant, j.ID, nj.id); err != nil {
+		if _, err := tx.ExecContext(ctx, qMarkReplayed, tenant, j.ID, plan.Job.ID); err != nil {
 			return fmt.Errorf("mark replayed: %w", err)
 		}
-		_, err = appendEvent(ctx, tx, tenant, j.ID, store.EventReplayed, now,
-			actor("replayed_as", nj.id, "reason", op.Reason, "replay_key", key))
+		_, err = appendEvent(ctx, tx, tenant, j.ID, now, plan.Replayed)
 		return err
 	case store.ActAbandon:
 		if _, err := tx.ExecContext(ctx, qMarkAbandoned, tenant, id); err != nil {
 			return fmt.Errorf("abandon: %w", err)
 		}
-		_, err := appendEvent(ctx, tx, tenant, id, store.EventAbandoned, now, actor("reason", op.Reason))
+		_, err := appendEvent(ctx, tx, tenant, id, now, store.AbandonEvent(change))
 		return err
 	case store.ActMakeAvailable:
 		_, err := tx.ExecContext(ctx, qMakeAvailableOne, tenant, id, micros(now))

@@ -234,27 +234,6 @@ func scanPolicy(r rowScanner) (*store.QueuePolicy, error) {
 	return &p, nil
 }
 
-// eventData builds an event's JSON object from key/value pairs. Values are
-// strings, integers, booleans or times (RFC 3339, UTC); keys and encodings
-// are the PostgreSQL engine's, so events read the same on both engines.
-func eventData(kv ...any) string {
-	m := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		k := kv[i].(string)
-		if t, ok := kv[i+1].(time.Time); ok {
-			m[k] = t.UTC().Format(time.RFC3339Nano)
-			continue
-		}
-		m[k] = kv[i+1]
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		// Only strings, numbers, booleans and formatted times go in.
-		panic(fmt.Sprintf("sqlite: event data: %v", err))
-	}
-	return string(b)
-}
-
 // nullText is s, or NULL when s is empty.
 func nullText(s string) sql.NullString {
 	return sql.NullString{String: s, Valid: s != ""}

@@ -15,6 +15,7 @@ func effectTests() group {
 		{"effects of generation 1 are seen by generation 2 for skip or reconciliation", testEffectsAcrossGenerations},
 		{"reserving an existing key returns the record instead of reserving again", testEffectReserveTwice},
 		{"recording a key that was never reserved fails with ErrEffectNotFound (an ErrNotFound)", testEffectRecordUnknown},
+		{"a succeeded effect is final: recording it again answers it unchanged", testEffectSucceededFinal},
 	}}
 }
 
@@ -154,5 +155,26 @@ func testEffectRecordUnknown(t *testing.T, h Harness) {
 	}
 	if effs, err := e.s.ListEffects(e.ctx, tenantA, j.ID); err != nil || len(effs) != 0 {
 		t.Fatalf("recording an unreserved key wrote %+v, %v", effs, err)
+	}
+}
+
+func testEffectSucceededFinal(t *testing.T, h Harness) {
+	e := setup(t, h)
+	j := e.mustCreate(tenantA, spec("default"), base)
+	c := e.mustClaim(tenantA, workerA, "default", j.ID, at(time.Second))
+	e.reserve(c.Token, "charge", at(2*time.Second))
+	first := e.record(c.Token, "charge", store.EffectSucceeded, "ch_1", "ok", at(3*time.Second))
+	again, err := e.s.RecordEffect(e.ctx, store.RecordEffectParams{Tenant: tenantA, Token: c.Token, Key: "charge",
+		Status: store.EffectFailed, ProviderOperationID: "ch_2", Result: []byte("declined"), Now: at(4 * time.Second)})
+	if err != nil {
+		t.Fatalf("recording a succeeded effect again: %v", err)
+	}
+	if again.Status != store.EffectSucceeded || again.ProviderOperationID != "ch_1" || string(again.Result) != "ok" {
+		t.Fatalf("recording a succeeded effect as failed answered %+v; want the success unchanged", again)
+	}
+	wantTime(t, "the succeeded record's updated_at", again.UpdatedAt, first.UpdatedAt)
+	effs, err := e.s.ListEffects(e.ctx, tenantA, j.ID)
+	if err != nil || len(effs) != 1 || effs[0].Status != store.EffectSucceeded || effs[0].ProviderOperationID != "ch_1" {
+		t.Fatalf("the ledger after recording over a success: %+v, %v", effs, err)
 	}
 }
