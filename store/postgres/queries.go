@@ -161,10 +161,11 @@ const (
 	// claimLease is the end both claim statements share: the k-th picked
 	// job goes to slot k, leased at $8 (NULL: the database clock) for the
 	// slot's lease (0: the queue's default) capped at the queue's maximum;
-	// $1 is the tenant. The LEASED event is derived from the row
+	// $1 is the tenant. It names jobs_live, whose rows a claim never moves
+	// (migration 014). The LEASED event is derived from the row
 	// (leased_seq, leased_until: store.DeriveEvents), not inserted.
 	claimLease = `
-		UPDATE jobs j
+		UPDATE jobs_live j
 		SET state = 'leased',
 		    lease_owner = s.owner,
 		    lease_generation = j.lease_generation + 1,
@@ -459,11 +460,12 @@ const (
 	// tenants, with every row that hangs off them (idempotency records,
 	// events, attempts, checkpoints, effects: none has a foreign key, so
 	// this statement is what keeps them from being orphaned). Rows another
-	// pruner holds are skipped.
+	// pruner holds are skipped. No order: the partitions of jobs_done have
+	// only a BRIN on finished_at, and whole expired days go by
+	// MaintainPartitions.
 	qPruneJobs = `WITH victims AS (
 		SELECT tenant, id FROM jobs
 		WHERE finished_at < $1 AND state IN ('succeeded', 'failed', 'cancelled', 'dead')
-		ORDER BY finished_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
 	), keys AS (
@@ -560,6 +562,8 @@ const (
 	// appended to the attempt log: it is where the transition's events are
 	// kept. $18: the log is full (store.Leave.Spill) and drops its oldest
 	// record, which qSpillAttempts moved to job_attempts just before.
+	// state = 'leased' prunes it to jobs_live; a row it ends moves to
+	// jobs_done or jobs_dead in this statement (migration 014).
 	qLeaveLeases = `UPDATE jobs j
 	SET state = u.state,
 	    available_at = coalesce(u.available_at, j.available_at),
@@ -580,7 +584,7 @@ const (
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
 		     set_error, code, message, retryable, nevents, expired, record, spill)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
-	  AND j.lease_generation = u.generation
+	  AND j.lease_generation = u.generation AND j.state = 'leased'
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
 	// qSpillAttempts moves the oldest record of full attempt logs ($1
@@ -595,8 +599,9 @@ const (
 	CROSS JOIN LATERAL (SELECT j.attempt_log->0 AS r) x`
 
 	// qRenewLeases extends leases to $6, each fenced at the instant $5 it
-	// was judged at.
-	qRenewLeases = `UPDATE jobs j SET lease_expires_at = u.expires
+	// was judged at. It names jobs_live, the partition of leased jobs
+	// (migration 014), so it plans no other partition.
+	qRenewLeases = `UPDATE jobs_live j SET lease_expires_at = u.expires
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
 		AS u(tenant, id, owner, generation, now, expires)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
