@@ -562,8 +562,10 @@ const (
 	// appended to the attempt log: it is where the transition's events are
 	// kept. $18: the log is full (store.Leave.Spill) and drops its oldest
 	// record, which qSpillAttempts moved to job_attempts just before.
-	// state = 'leased' prunes it to jobs_live; a row it ends moves to
-	// jobs_done or jobs_dead in this statement (migration 014).
+	// The state condition prunes it to jobs_live (migration 014) without
+	// matching jobs_leased_idx's predicate, so each row stays one probe of
+	// the key; a row it ends moves to jobs_done or jobs_dead in this
+	// statement.
 	qLeaveLeases = `UPDATE jobs j
 	SET state = u.state,
 	    available_at = coalesce(u.available_at, j.available_at),
@@ -584,7 +586,7 @@ const (
 		AS u(tenant, id, owner, generation, now, state, available_at, finished_at, refund, result,
 		     set_error, code, message, retryable, nevents, expired, record, spill)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_owner = u.owner
-	  AND j.lease_generation = u.generation AND j.state = 'leased'
+	  AND j.lease_generation = u.generation AND j.state NOT IN ('succeeded', 'failed', 'cancelled', 'dead')
 	  AND CASE WHEN u.expired THEN j.lease_expires_at <= u.now ELSE j.lease_expires_at > u.now END`
 
 	// qSpillAttempts moves the oldest record of full attempt logs ($1
