@@ -516,7 +516,10 @@ const (
 	// the planner read every lease through jobs_leased_idx, a bitmap scan
 	// over one entry per lease ever taken until vacuum removes them; keyed
 	// by (tenant, id) alone, each token is one primary-key probe (a 32-
-	// token lock: 2.0 ms → 0.37 ms with 20,000 dead entries).
+	// token lock: 2.0 ms → 0.37 ms with 20,000 dead entries). A held lease
+	// is in jobs_live (migration 014), so only that partition is read;
+	// reports whose fence did not hold read every partition
+	// (qInspectLeases).
 	qLockLeases = `SELECT ` + jobColumnsJ + `, r.ord, coalesce(r.now, now()),
 		c.id, c.job_id, c.phase, c.state, c.generation, c.parent_id, c.created_at,
 		CASE WHEN j.attempt_log IS NOT NULL THEN coalesce((j.attempt_log->-1->>'rd')::bigint, 0)
@@ -526,7 +529,7 @@ const (
 		j.leased_until, j.leased_seq, coalesce(jsonb_array_length(j.attempt_log), 0)
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::timestamptz[])
 		WITH ORDINALITY AS r(tenant, id, owner, generation, now, ord)
-	JOIN jobs j ON j.tenant = r.tenant AND j.id = r.id
+	JOIN jobs_live j ON j.tenant = r.tenant AND j.id = r.id
 	LEFT JOIN LATERAL (
 		SELECT cp.id, cp.job_id, cp.phase, cp.state, cp.generation, cp.parent_id, cp.created_at
 		FROM job_checkpoints cp WHERE cp.tenant = j.tenant AND cp.job_id = j.id
