@@ -79,7 +79,8 @@ func (s *Store) MaintainPartitions(ctx context.Context, p store.MaintainPartitio
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if _, err := conn.Exec(uctx, qPartitionUnlock); err != nil {
-			conn.Conn().Close(uctx) //nolint:errcheck // closing the session releases its lock
+			// Closing the session releases its lock.
+			_ = conn.Conn().Close(uctx)
 		}
 	}()
 
@@ -89,26 +90,63 @@ func (s *Store) MaintainPartitions(ctx context.Context, p store.MaintainPartitio
 			return res, s.readError(ctx, "maintain_partitions", err)
 		}
 	}
-	existing := map[string]int64{}
-	rows, err := conn.Query(ctx, qDonePartitions)
+	existing, err := donePartitions(ctx, conn.Conn())
 	if err != nil {
 		return res, s.readError(ctx, "maintain_partitions", err)
 	}
+	// At least 1 ms: 0 would turn the timeout off.
+	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(timeout.Milliseconds(), 1))
+	created, errs := createAhead(ctx, conn.Conn(), existing, now, ahead, lockTimeout)
+	res.Created = created
+
+	if p.FinishedBefore.IsZero() {
+		return res, errors.Join(errs...)
+	}
+	dropped, estimate, dropErrs := s.dropExpired(ctx, conn.Conn(), existing, normTime(p.FinishedBefore), lockTimeout)
+	errs = append(errs, dropErrs...)
+	res.Dropped, res.DroppedJobs = len(dropped), estimate
+	for _, part := range dropped {
+		for _, table := range []string{"job_events", "job_attempts", "job_checkpoints", "job_effects"} {
+			for {
+				tag, err := conn.Exec(ctx, qSweepOrphans(table), part.From(), part.To(), sweepBatch)
+				if err != nil {
+					return res, errors.Join(append(errs, s.readError(ctx, "maintain_partitions", err))...)
+				}
+				res.SweptRows += tag.RowsAffected()
+				if tag.RowsAffected() < sweepBatch {
+					break
+				}
+			}
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// donePartitions lists the partitions of jobs_done with their planner row
+// estimates.
+func donePartitions(ctx context.Context, conn *pgx.Conn) (map[string]int64, error) {
+	existing := map[string]int64{}
+	rows, err := conn.Query(ctx, qDonePartitions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var name string
 		var n int64
 		if err := rows.Scan(&name, &n); err != nil {
-			rows.Close()
-			return res, s.readError(ctx, "maintain_partitions", err)
+			return nil, err
 		}
 		existing[name] = n
 	}
-	if err := rows.Err(); err != nil {
-		return res, s.readError(ctx, "maintain_partitions", err)
-	}
+	return existing, rows.Err()
+}
 
+// createAhead creates the missing day partitions from now's day to ahead
+// days later, each in its own transaction under lockTimeout.
+func createAhead(ctx context.Context, conn *pgx.Conn, existing map[string]int64, now time.Time, ahead int, lockTimeout string) (int, []error) {
+	var created int
 	var errs []error
-	lockTimeout := fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", timeout.Milliseconds())
 	for d := range ahead + 1 {
 		part := store.DonePartitionOf(now.AddDate(0, 0, d))
 		if _, ok := existing[part.Name()]; ok {
@@ -129,14 +167,18 @@ func (s *Store) MaintainPartitions(ctx context.Context, p store.MaintainPartitio
 			errs = append(errs, fmt.Errorf("create partition %s: %w", part.Name(), err))
 			continue
 		}
-		res.Created++
+		created++
 	}
+	return created, errs
+}
 
-	if p.FinishedBefore.IsZero() {
-		return res, errors.Join(errs...)
-	}
-	cutoff := normTime(p.FinishedBefore)
+// dropExpired detaches and drops the expired day partitions
+// (store.DonePartition.Expired at cutoff), each in its own transaction
+// under lockTimeout, and returns them with their row estimates' sum.
+func (s *Store) dropExpired(ctx context.Context, conn *pgx.Conn, existing map[string]int64, cutoff time.Time, lockTimeout string) ([]store.DonePartition, int64, []error) {
 	var dropped []store.DonePartition
+	var estimates int64
+	var errs []error
 	for name, estimate := range existing {
 		part, ok := store.ParseDonePartition(name)
 		if !ok || !part.Expired(cutoff, time.Time{}) {
@@ -166,24 +208,9 @@ func (s *Store) MaintainPartitions(ctx context.Context, p store.MaintainPartitio
 			errs = append(errs, fmt.Errorf("drop partition %s: %w", name, err))
 			continue
 		}
-		res.Dropped++
-		res.DroppedJobs += estimate
 		dropped = append(dropped, part)
+		estimates += estimate
 		s.logger.InfoContext(ctx, "dropped a partition of finished jobs", slog.String("partition", name), slog.Int64("jobs_estimate", estimate))
 	}
-	for _, part := range dropped {
-		for _, table := range []string{"job_events", "job_attempts", "job_checkpoints", "job_effects"} {
-			for {
-				tag, err := conn.Exec(ctx, qSweepOrphans(table), part.From(), part.To(), sweepBatch)
-				if err != nil {
-					return res, errors.Join(append(errs, s.readError(ctx, "maintain_partitions", err))...)
-				}
-				res.SweptRows += tag.RowsAffected()
-				if tag.RowsAffected() < sweepBatch {
-					break
-				}
-			}
-		}
-	}
-	return res, errors.Join(errs...)
+	return dropped, estimates, errs
 }
