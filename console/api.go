@@ -19,6 +19,7 @@ type api struct {
 	admin     leaseholdv1.AdminServiceClient
 	workers   leaseholdv1.WorkerServiceClient
 	schedules leaseholdv1.ScheduleServiceClient
+	ops       leaseholdv1.OperationServiceClient
 }
 
 func newAPI(conn grpc.ClientConnInterface) api {
@@ -27,6 +28,7 @@ func newAPI(conn grpc.ClientConnInterface) api {
 		admin:     leaseholdv1.NewAdminServiceClient(conn),
 		workers:   leaseholdv1.NewWorkerServiceClient(conn),
 		schedules: leaseholdv1.NewScheduleServiceClient(conn),
+		ops:       leaseholdv1.NewOperationServiceClient(conn),
 	}
 }
 
@@ -100,6 +102,9 @@ type caps struct {
 	SchedulesTrigger bool
 	KeysManage       bool
 	AuditRead        bool
+	OperationsRead   bool
+	// OperationsWrite: bulk actions by filter and cancelling an operation.
+	OperationsWrite bool
 }
 
 func capsOf(p *leaseholdv1.Principal) caps {
@@ -117,5 +122,6 @@ func capsOf(p *leaseholdv1.Principal) caps {
 		WorkersRead:   reader,
 		SchedulesRead: reader || producer, SchedulesPause: op, SchedulesTrigger: op || producer,
 		KeysManage: admin, AuditRead: op,
+		OperationsRead: reader, OperationsWrite: op,
 	}
 }

@@ -71,6 +71,7 @@ type apiClients struct {
 	admin     leaseholdv1.AdminServiceClient
 	workers   leaseholdv1.WorkerServiceClient
 	schedules leaseholdv1.ScheduleServiceClient
+	ops       leaseholdv1.OperationServiceClient
 }
 
 func newEnv(t *testing.T) *env {
@@ -116,6 +117,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, base: web.URL + "/ui/", browser: bctx, shots: shots, st: srv.Store, api: apiClients{
 		ctx: actx2, jobs: leaseholdv1.NewJobServiceClient(conn), admin: leaseholdv1.NewAdminServiceClient(conn),
 		workers: leaseholdv1.NewWorkerServiceClient(conn), schedules: leaseholdv1.NewScheduleServiceClient(conn),
+		ops: leaseholdv1.NewOperationServiceClient(conn),
 	}}
 	e.adminKey = admin
 	return e

@@ -152,6 +152,10 @@ var funcs = template.FuncMap{
 	"eq":        func(a, b string) bool { return a == b },
 	"dict2":     func(v view, id string) rowArgs { return rowArgs{V: v, ID: id} },
 	"transport": func(t leaseholdv1.WorkerTransport) string { return enumName(t, "WORKER_TRANSPORT_") },
+	"opState":   operationStateName,
+	"opKind":    func(k leaseholdv1.OperationKind) string { return enumName(k, "OPERATION_KIND_") },
+	"progress":  progress,
+	"bulk":      bulkFormArgs,
 }
 
 // rowArgs are a row's actions' arguments: the page's view and the row's

@@ -46,6 +46,7 @@ func (c *console) routes() http.Handler {
 		"/jobs": c.jobs, "/jobs/{id}": c.job, "/dead": c.dead,
 		"/queues": c.queues, "/queues/policy": c.policyPage, "/breakers": c.breakers, "/breakers/history": c.breakerHistory, "/workers": c.workersPage,
 		"/schedules": c.schedulesPage, "/keys": c.keys, "/audit": c.audit,
+		"/operations": c.operations, "/operations/{id}": c.operation, "/operations/{id}/live": c.operationLive,
 	}
 	for p, h := range get {
 		mux.Handle("GET "+p, c.authed(h))
@@ -57,6 +58,7 @@ func (c *console) routes() http.Handler {
 		"/schedules/pause": c.pauseSchedule, "/schedules/resume": c.resumeSchedule,
 		"/schedules/trigger": c.triggerSchedule,
 		"/keys/create":       c.createKey, "/keys/revoke": c.revokeKey,
+		"/bulk/preview": c.bulkPreview, "/bulk/start": c.bulkStart, "/operations/cancel": c.cancelOperation,
 	}
 	for p, h := range post {
 		mux.Handle("POST "+p, c.authed(h))

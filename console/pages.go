@@ -176,19 +176,27 @@ func (c *console) job(req *request) error {
 
 // deadData is the dead-letter page.
 type deadData struct {
-	Queue     string
-	Abandoned bool
-	Jobs      []*leaseholdv1.DeadJob
-	Next      string
+	Queue string
+	// Filter and FilterError as in jobsData.
+	Filter      string
+	FilterError string
+	Abandoned   bool
+	Jobs        []*leaseholdv1.DeadJob
+	Next        string
 }
 
 func (c *console) dead(req *request) error {
 	q := req.r.URL.Query()
-	d := deadData{Queue: q.Get("queue"), Abandoned: q.Get("abandoned") == "1"}
+	d := deadData{Queue: q.Get("queue"), Filter: q.Get("filter"), Abandoned: q.Get("abandoned") == "1"}
 	out, err := c.api.admin.ListDeadJobs(req.ctx, &leaseholdv1.ListDeadJobsRequest{
 		Queue: d.Queue, PageSize: pageSize, PageToken: q.Get("page"), IncludeAbandoned: d.Abandoned,
-		View: leaseholdv1.JobView_JOB_VIEW_BASIC,
+		View: leaseholdv1.JobView_JOB_VIEW_BASIC, Filter: d.Filter,
 	})
+	if status.Code(err) == codes.InvalidArgument {
+		d.FilterError = errorText(err)
+		c.render(req, http.StatusBadRequest, "dead.html", "Dead letters", "dead", d)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
