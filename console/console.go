@@ -36,6 +36,10 @@ const (
 	// AuthAPIKey: a person signs in with an API key; the console calls the
 	// API with it.
 	AuthAPIKey = "api-key"
+	// AuthMTLS: the browser's verified client certificate is the identity
+	// (no sign-in); the console forwards it to the coordinator with a
+	// proof made with SessionKey (docs/security.md).
+	AuthMTLS = "mtls"
 )
 
 // Defaults of Config.
@@ -66,7 +70,11 @@ type Config struct {
 	// signed-in principal's API key to each call; Conn itself carries no
 	// credential of its own (TLS, when the listener needs it).
 	Conn grpc.ClientConnInterface
-	// Auth is the coordinator's auth mode: AuthNone or AuthAPIKey.
+	// Auth is the coordinator's auth mode: AuthNone, AuthAPIKey or
+	// AuthMTLS. With AuthMTLS the server the console is mounted in must
+	// verify client certificates (http.Request.TLS.VerifiedChains) against
+	// the coordinator's client CAs, and SessionKey must be the
+	// coordinator's ConsoleSessionKey.
 	Auth string
 	// SessionKey seals session cookies (AES-256-GCM) and signs CSRF
 	// tokens. Every replica behind one address must use the same key:
@@ -111,9 +119,9 @@ func newConsole(cfg Config) (*console, error) {
 		return nil, errors.New("console: Conn is required")
 	}
 	switch cfg.Auth {
-	case AuthNone, AuthAPIKey:
+	case AuthNone, AuthAPIKey, AuthMTLS:
 	default:
-		return nil, fmt.Errorf("console: auth %q is not supported (use %q or %q)", cfg.Auth, AuthNone, AuthAPIKey)
+		return nil, fmt.Errorf("console: auth %q is not supported (use %q, %q or %q)", cfg.Auth, AuthNone, AuthAPIKey, AuthMTLS)
 	}
 	if len(cfg.SessionKey) != SessionKeyLen {
 		return nil, fmt.Errorf("console: SessionKey must be %d bytes, not %d", SessionKeyLen, len(cfg.SessionKey))

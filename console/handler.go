@@ -97,14 +97,24 @@ func (c *console) authed(h handlerFunc) http.Handler {
 			c.plainError(w, http.StatusForbidden, "With --auth none the console answers loopback clients only.")
 			return
 		}
+		var chain []byte
+		if c.cfg.Auth == AuthMTLS {
+			if chain = clientChain(r); chain == nil {
+				c.refuseWithoutCert(w, r)
+				return
+			}
+		}
 		s, ok := c.readSession(r)
+		if c.cfg.Auth == AuthMTLS && s.Cert != certID(chain) {
+			ok = false
+		}
 		if !ok || (c.cfg.Auth == AuthAPIKey && s.Key == "") {
 			if c.cfg.Auth == AuthAPIKey {
 				c.redirect(w, r, "signin")
 				return
 			}
 			var err error
-			if s, err = c.startSession(w, r, ""); err != nil {
+			if s, err = c.newSession(w, r, session{Cert: certID(chain)}); err != nil {
 				c.plainError(w, http.StatusInternalServerError, "cannot start a session")
 				return
 			}
@@ -112,9 +122,13 @@ func (c *console) authed(h handlerFunc) http.Handler {
 		if r.Method == http.MethodPost && !c.csrfOK(w, r, s) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(asPrincipal(r.Context(), s.Key), callTimeout)
+		ctx, cancel := context.WithTimeout(c.asCaller(r.Context(), s, chain), callTimeout)
 		defer cancel()
 		who, err := c.api.whoami(ctx)
+		if status.Code(err) == codes.Unauthenticated && c.cfg.Auth == AuthMTLS {
+			c.refuseCert(w, r, err)
+			return
+		}
 		if status.Code(err) == codes.Unauthenticated {
 			c.endSession(w, r)
 			c.redirect(w, r, "signin?ended=1")
@@ -194,10 +208,12 @@ type view struct {
 	Who   *leaseholdv1.Principal
 	Can   caps
 	CSRF  string
-	// SignOut: there is a session to end (not with AuthNone).
+	// SignOut: there is a session to end (with AuthAPIKey only).
 	SignOut bool
-	Msg     string
-	Data    any
+	// ByCert: the client certificate is the identity (AuthMTLS).
+	ByCert bool
+	Msg    string
+	Data   any
 }
 
 // render executes page's template (its "layout", or only fragment when
@@ -206,7 +222,7 @@ type view struct {
 func (c *console) render(req *request, code int, page, title, nav string, data any) {
 	c.renderTemplate(req.w, code, page, "layout", view{
 		P: c.cfg.Prefix, Title: title, Nav: nav, Who: req.who, Can: req.can,
-		CSRF: c.sessions.csrfToken(req.sess.ID), SignOut: c.cfg.Auth != AuthNone, Msg: req.r.URL.Query().Get("msg"), Data: data,
+		CSRF: c.sessions.csrfToken(req.sess.ID), SignOut: c.cfg.Auth == AuthAPIKey, ByCert: c.cfg.Auth == AuthMTLS, Msg: req.r.URL.Query().Get("msg"), Data: data,
 	})
 }
 

@@ -29,6 +29,9 @@ type session struct {
 	Key string `json:"key,omitempty"`
 	// Expires is when the session ends (Unix seconds).
 	Expires int64 `json:"exp"`
+	// Cert identifies the client certificate the session was started
+	// with (AuthMTLS): another certificate gets another session.
+	Cert string `json:"crt,omitempty"`
 }
 
 var errBadSession = errors.New("console: invalid session cookie")
@@ -130,11 +133,16 @@ func (c *console) readSession(r *http.Request) (session, bool) {
 // startSession makes a new session holding key (empty: not signed in) and
 // sets its cookie.
 func (c *console) startSession(w http.ResponseWriter, r *http.Request, key string) (session, error) {
+	return c.newSession(w, r, session{Key: key})
+}
+
+// newSession gives s a new id and expiry and sets its cookie.
+func (c *console) newSession(w http.ResponseWriter, r *http.Request, s session) (session, error) {
 	id, err := newSessionID()
 	if err != nil {
 		return session{}, err
 	}
-	s := session{ID: id, Key: key, Expires: time.Now().Add(c.cfg.SessionTTL).Unix()}
+	s.ID, s.Expires = id, time.Now().Add(c.cfg.SessionTTL).Unix()
 	v, err := c.sessions.seal(s)
 	if err != nil {
 		return session{}, err

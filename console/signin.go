@@ -87,7 +87,7 @@ type signInView struct {
 // signInPage shows the form, with a pre-session whose id the form's CSRF
 // token is bound to.
 func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Auth == AuthNone {
+	if c.cfg.Auth != AuthAPIKey {
 		c.redirect(w, r, "")
 		return
 	}
@@ -115,7 +115,7 @@ func (c *console) showSignIn(w http.ResponseWriter, r *http.Request, code int, v
 // it is valid, starts a new session holding it. Every attempt is
 // rate-limited and logged with its outcome and the principal's identity.
 func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Auth == AuthNone {
+	if c.cfg.Auth != AuthAPIKey {
 		c.redirect(w, r, "")
 		return
 	}
@@ -172,7 +172,7 @@ func (c *console) signOut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.endSession(w, r)
-	if c.cfg.Auth == AuthNone {
+	if c.cfg.Auth != AuthAPIKey {
 		c.redirect(w, r, "")
 		return
 	}

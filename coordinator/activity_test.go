@@ -56,18 +56,18 @@ func TestActivityCountsWhatTheCoordinatorDid(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := c.activity.read()
+	got := c.core.activity.read()
 	want := activityCounts{created: 2, replayed: 1, leased: 1, succeeded: 1, cancelled: 1}
 	if got != want {
 		t.Fatalf("activity = %+v, want %+v", got, want)
 	}
-	if last := c.reporter.runOnce(ctx, got); last != got {
+	if last := c.core.reporter.runOnce(ctx, got); last != got {
 		t.Fatalf("an unchanged reading must not log or move: %+v", last)
 	}
 	if strings.Contains(logs.String(), "activity (totals since start)") {
 		t.Fatalf("logged an unchanged reading:\n%s", logs.String())
 	}
-	c.reporter.runOnce(ctx, activityCounts{})
+	c.core.reporter.runOnce(ctx, activityCounts{})
 	out := logs.String()
 	for _, want := range []string{"jobs_created=2", "creates_replayed=1", "leases_granted=1", "succeeded=1", "cancelled=1"} {
 		if !strings.Contains(out, want) {

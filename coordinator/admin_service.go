@@ -44,7 +44,7 @@ func (a *adminService) ListQueues(ctx context.Context, req *leaseholdv1.ListQueu
 		}
 		st := toQueueStats(&qs[i].Stats)
 		st.CountedAt = timestamppb.New(countedAt)
-		st.Throughput = c.throughput.series(store.QueueRef{Tenant: tenant, Queue: qs[i].Policy.Queue})
+		st.Throughput = c.maintenance.throughput.series(store.QueueRef{Tenant: tenant, Queue: qs[i].Policy.Queue})
 		out = append(out, &leaseholdv1.QueueSummary{Policy: toQueuePolicy(&qs[i].Policy), Stats: st})
 	}
 	return &leaseholdv1.ListQueuesResponse{Queues: out}, nil
@@ -53,7 +53,7 @@ func (a *adminService) ListQueues(ctx context.Context, req *leaseholdv1.ListQueu
 // staleQueues is ListQueues with counts at most maxStale old (queueCounts)
 // and the policies read now: every queue with a count or a policy, by name.
 func (c *Coordinator) staleQueues(ctx context.Context, tenant string, maxStale time.Duration) ([]store.QueueSummary, time.Time, error) {
-	stats, at, err := c.queueCounts.get(ctx, c, tenant, maxStale)
+	stats, at, err := c.probes.queueCounts.get(ctx, c, tenant, maxStale)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -99,7 +99,7 @@ func (a *adminService) GetQueue(ctx context.Context, req *leaseholdv1.GetQueueRe
 	}
 	stats := toQueueStats(st)
 	stats.CountedAt = timestamppb.New(c.wallNow())
-	stats.Throughput = c.throughput.series(store.QueueRef{Tenant: tenant, Queue: q})
+	stats.Throughput = c.maintenance.throughput.series(store.QueueRef{Tenant: tenant, Queue: q})
 	return &leaseholdv1.GetQueueResponse{Queue: &leaseholdv1.QueueSummary{Policy: toQueuePolicy(pol), Stats: stats}}, nil
 }
 
@@ -163,7 +163,7 @@ func (a *adminService) setPaused(ctx context.Context, q string, paused bool) (*l
 	action := store.AuditQueuePaused
 	if !paused {
 		action = store.AuditQueueResumed
-		c.dispatcher.Wake(tenant, q) // its waiting jobs are claimable again
+		c.core.dispatcher.Wake(tenant, q) // its waiting jobs are claimable again
 	}
 	c.audit(ctx, action, q, nil)
 	return toQueuePolicy(pol), nil
@@ -175,15 +175,8 @@ func (a *adminService) ListDeadJobs(ctx context.Context, req *leaseholdv1.ListDe
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	if p.Queue != "" {
-		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
-			return nil, err
-		}
-	}
-	for _, q := range p.Filter.Queues {
-		if err := checkQueue(ctx, "filter", q); err != nil {
-			return nil, err
-		}
+	if err := checkListScope(ctx, p.Queue, p.Filter.Queues); err != nil {
+		return nil, err
 	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListDeadJobs(ctx, p)
@@ -235,9 +228,9 @@ func (a *adminService) ReplayDeadJob(ctx context.Context, req *leaseholdv1.Repla
 		"replayed_as": job.ID, "reason": p.Reason, "already_replayed": again, "queue": job.Queue,
 	})
 	if !again {
-		c.dispatcher.Wake(tenant, job.Queue)
+		c.core.dispatcher.Wake(tenant, job.Queue)
 	}
-	c.watches.notify(tenant, p.JobID, job.ID)
+	c.core.watches.notify(tenant, p.JobID, job.ID)
 	return &leaseholdv1.ReplayDeadJobResponse{Job: toJob(job), AlreadyReplayed: again}, nil
 }
 
@@ -256,7 +249,7 @@ func (a *adminService) AbandonDeadJob(ctx context.Context, req *leaseholdv1.Aban
 		return nil, toStatus(ctx, c.log, err)
 	}
 	c.audit(ctx, store.AuditDeadJobAbandoned, p.JobID, map[string]any{"reason": p.Reason, "queue": d.Job.Queue})
-	c.watches.notify(p.Tenant, p.JobID)
+	c.core.watches.notify(p.Tenant, p.JobID)
 	return &leaseholdv1.AbandonDeadJobResponse{DeadJob: toDeadJob(d)}, nil
 }
 
@@ -314,7 +307,7 @@ func (a *adminService) ResetBreaker(ctx context.Context, req *leaseholdv1.ResetB
 	c.audit(ctx, store.AuditBreakerReset, p.Dependency, map[string]any{"reason": p.Reason})
 	// The dependency's jobs are claimable at once: do not leave them to
 	// the next poll.
-	c.dispatcher.WakeAll()
+	c.core.dispatcher.WakeAll()
 	return &leaseholdv1.ResetBreakerResponse{Breaker: toBreaker(b, p.Now)}, nil
 }
 

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +75,9 @@ type authenticator struct {
 	// consoleKey checks console proofs (console_proof.go): the console's
 	// session key.
 	consoleKey []byte
+	// tls is the listener's TLS config: its client CAs verify the
+	// certificates a console forwards (console_delegation.go).
+	tls *tls.Config
 	// touchMu guards touched: when this coordinator last recorded each
 	// principal's use, so that LastUsedAt costs a write per principal per
 	// PrincipalTouchInterval, not per call.
@@ -190,7 +195,7 @@ func (a *authenticator) authorize(ctx context.Context) (cl *caller, p *store.Pri
 	case AuthAPIKey:
 		p, err = a.fromAPIKey(ctx)
 	case AuthMTLS:
-		p, err = a.fromCertificate(ctx)
+		p, err = a.fromCertificateOrDelegation(ctx)
 	default:
 		cl = anonymous(a.tenant)
 	}
@@ -224,6 +229,8 @@ func failureReason(err error) string {
 		return "missing_certificate"
 	case errors.Is(err, errBadCert):
 		return "invalid_certificate"
+	case errors.Is(err, errBadDelegation):
+		return "invalid_delegation"
 	default:
 		return "malformed_credentials"
 	}
@@ -286,7 +293,13 @@ func (a *authenticator) fromCertificate(ctx context.Context) (*store.Principal, 
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return nil, errNoCert
 	}
-	cn := info.State.VerifiedChains[0][0].Subject.CommonName
+	return a.principalOfCert(ctx, info.State.VerifiedChains[0][0])
+}
+
+// principalOfCert finds the valid principal of a verified certificate:
+// its subject common name's.
+func (a *authenticator) principalOfCert(ctx context.Context, cert *x509.Certificate) (*store.Principal, error) {
+	cn := cert.Subject.CommonName
 	if cn == "" {
 		return nil, errBadCert
 	}

@@ -120,7 +120,7 @@ func (e *authEnv) key(tenant string, role store.Role, queues ...string) (string,
 	}
 	// Written behind the coordinator's back, as another coordinator
 	// would: usable here at once rather than after principalMissRefresh.
-	e.c.auth.dir.invalidate()
+	e.c.identity.auth.dir.invalidate()
 	return secret, p
 }
 
@@ -227,7 +227,7 @@ func (e *authEnv) operation(tenant string) string {
 // tok is the token of a lease the store granted, signed as a claim's
 // answer would be.
 func (e *authEnv) tok(t store.LeaseToken) *leaseholdv1.LeaseToken {
-	return withSecret(toToken(t), e.c.leases.sign(t))
+	return withSecret(toToken(t), e.c.identity.leases.sign(t))
 }
 
 // invoke calls method with req over conn, unary or streaming, and returns

@@ -286,7 +286,7 @@ type Config struct {
 	// (2,000); negative: unpaced.
 	OperationRate float64
 	// OperationChunk is the jobs per chunk transaction. Default
-	// bulk.ChunkDefault (1,000); at most store.OperationChunkMax (5,000).
+	// bulk.ChunkDefault (250); at most store.OperationChunkMax (5,000).
 	OperationChunk int
 	// OperationLease is how long a coordinator holds a bulk operation
 	// past its last chunk: how long a dead coordinator's operation waits

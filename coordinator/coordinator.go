@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -29,81 +27,24 @@ var errShuttingDown = errors.New("coordinator shutting down")
 
 // Coordinator serves the Leasehold API over a Store. Create it with New,
 // run it with Serve, stop it with Shutdown.
+//
+// Its state is grouped by owner: the core of leases and streams, the
+// callers' identity, the overload defences, maintenance, health and the
+// lifecycle each have a type of their own (components.go).
 type Coordinator struct {
 	cfg   Config
 	log   *slog.Logger
 	store store.Store
 	v     validator
+	grpc  *grpc.Server
 
-	grpc       *grpc.Server
-	health     *health.Server
-	dispatcher *dispatch.Dispatcher
-	reaper     *reaper.Reaper
-	pruner     *retention.Pruner
-	// scheduler fires due schedules; nil when Config.SchedulePollInterval
-	// is negative.
-	scheduler *scheduler.Scheduler
-	// operations runs bulk operations; nil when
-	// Config.OperationPollInterval is negative.
-	operations *bulk.Runner
-	// watches wakes WatchJob streams (watch_hub.go); watchesDone is
-	// closed when its store subscription has returned (nil until Serve).
-	watches     *watchHub
-	watchesDone chan struct{}
-	activity    activity
-	reporter    *activityReporter
-	// overload counts the defences' refusals; overloadRep logs them.
-	overload    overloadCounts
-	overloadRep *overloadReporter
-	unaryLimit  *rateLimiter
-	streamLimit *rateLimiter
-	shedder     *loadShedder
-	// preAuth throttles calls before authentication (preauth.go).
-	preAuth *preAuthLimits
-	// healthWatches caps grpc.health.v1 Watch streams.
-	healthWatches *healthWatchLimit
-	leases        leaseSigner
-	metrics       *Metrics
-	tracer        trace.Tracer
-	ready         readiness
-	seen          *seenWorkers
-	// queueGauges caches the store reading behind the queue gauges.
-	queueGauges queueGauges
-	// queueCounts keeps the counts of ListQueues calls that accept stale
-	// ones (queue_counts.go); throughput samples the jobs finished per
-	// interval (throughput.go).
-	queueCounts queueCounts
-	throughput  *throughputSampler
-	// readinessDone is closed when the store prober has returned; nil
-	// until Serve starts it.
-	readinessDone chan struct{}
-
-	// auth resolves each call's caller (auth.go); workerOwners caches
-	// which principal owns which worker id (worker_identity.go).
-	auth         *authenticator
-	workerOwners workerOwners
-
-	// bgCtx carries the dispatcher, maintenance and every stream session;
-	// cancelling it (with errShuttingDown) is the hard stop.
-	bgCtx    context.Context
-	bgCancel context.CancelCauseFunc
-	// closing is closed at shutdown step 2: long-polls and WatchJob end,
-	// new Connect streams are refused.
-	closing chan struct{}
-
-	// mu guards sessions and draining. Lock order: mu, then session.mu.
-	// The stream holding a lease is found from the lease's owner: one
-	// stream per worker id.
-	mu       sync.Mutex
-	sessions map[sessionKey]*session
-	draining bool
-
-	startOnce    sync.Once
-	shutdownOnce sync.Once
-	shutdownErr  error
+	core        core
+	identity    identity
+	defences    defences
+	maintenance maintenance
+	probes      probes
+	life        lifecycle
 }
-
-type sessionKey struct{ tenant, worker string }
 
 // New validates cfg (after defaults) and builds a Coordinator. Nothing runs
 // until Serve.
@@ -123,27 +64,63 @@ func New(cfg Config) (*Coordinator, error) {
 		store: cfg.Store,
 		v: validator{payloadMax: cfg.PayloadMaxBytes, defaultLease: cfg.DefaultLeaseDuration,
 			pageBytes: cfg.ListPageBytes, leases: leases},
-		leases:   leases,
-		health:   health.NewServer(),
-		watches:  newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax, cfg.Store, cfg.ID),
-		bgCtx:    bgCtx,
-		bgCancel: bgCancel,
-		closing:  make(chan struct{}),
-		sessions: make(map[sessionKey]*session),
+		identity: identity{leases: leases},
+		probes:   probes{health: health.NewServer()},
+		life:     lifecycle{bgCtx: bgCtx, bgCancel: bgCancel, closing: make(chan struct{})},
 	}
-	c.reporter = &activityReporter{
-		interval: cfg.ActivityLogInterval, log: cfg.Logger, counts: &c.activity, streams: c.streams,
+	c.core = core{
+		watches: newWatchHub(cfg.WatchersPerConnectionMax, cfg.WatchersMax, cfg.Store, cfg.ID),
+		streams: streamRegistry{sessions: make(map[sessionKey]*session)},
+		tracer:  cfg.TracerProvider.Tracer(tracerName),
+		seen:    newSeenWorkers(cfg.WorkerSeenWindow),
 	}
-	c.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &c.overload}
-	c.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
-	c.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
-	c.preAuth = newPreAuthLimits(cfg)
-	c.healthWatches = newHealthWatchLimit(cfg.HealthWatchersPerConnectionMax, cfg.HealthWatchersMax)
-	c.reaper = reaper.New(reaper.Config{
+	c.core.reporter = &activityReporter{
+		interval: cfg.ActivityLogInterval, log: cfg.Logger, counts: &c.core.activity, streams: c.streams,
+	}
+	c.probes.queueGauges.interval = cfg.QueueMetricsInterval
+	if err := c.setUpMetrics(); err != nil {
+		bgCancel(nil)
+		return nil, err
+	}
+	c.defences.init(&cfg, c.core.metrics)
+	c.identity.auth = c.newAuthenticator()
+	c.core.dispatcher = dispatch.New(dispatch.Config{
 		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
-		IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
+		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
+		CreditsMax: CreditsMax, Leased: c.leased, Round: c.core.metrics.DispatchRound,
 	})
-	c.auth = &authenticator{
+	c.maintenance = c.newMaintenance()
+	c.grpc = grpc.NewServer(c.serverOptions()...)
+	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
+	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
+	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
+	leaseholdv1.RegisterScheduleServiceServer(c.grpc, &scheduleService{c: c})
+	leaseholdv1.RegisterOperationServiceServer(c.grpc, &operationService{c: c})
+	healthpb.RegisterHealthServer(c.grpc, c.probes.health)
+	reflection.Register(c.grpc)
+	// The store answered when it was opened: ready until a probe says
+	// otherwise. Liveness never changes.
+	c.probes.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
+	c.publishHealth()
+	return c, nil
+}
+
+// init builds the overload defences of cfg in place (the shedder and the
+// reporter keep a pointer to d.overload); metrics sees the shedder's
+// lanes.
+func (d *defences) init(cfg *Config, metrics *Metrics) {
+	d.preAuth = newPreAuthLimits(*cfg)
+	d.unaryLimit = newRateLimiter(cfg.UnaryRate, cfg.UnaryBurst, "calls")
+	d.streamLimit = newRateLimiter(cfg.StreamOpenRate, cfg.StreamOpenBurst, "stream opens")
+	d.healthWatches = newHealthWatchLimit(cfg.HealthWatchersPerConnectionMax, cfg.HealthWatchersMax)
+	d.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &d.overload, metrics)
+	d.overloadRep = &overloadReporter{interval: cfg.OverloadLogInterval, log: cfg.Logger, counts: &d.overload}
+}
+
+// newAuthenticator builds the authenticator of c's configuration.
+func (c *Coordinator) newAuthenticator() *authenticator {
+	cfg := &c.cfg
+	a := &authenticator{
 		mode: cfg.Auth, tenant: cfg.Tenant, store: cfg.Store, log: cfg.Logger,
 		failures: &authFailures{
 			interval: cfg.OverloadLogInterval, log: cfg.Logger, trusted: cfg.TrustedProxies,
@@ -151,55 +128,44 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 		dir: newPrincipalDirectory(cfg.AuthCacheTTL, cfg.Store, cfg.Logger), revalidate: max(cfg.AuthCacheTTL, 100*time.Millisecond),
 	}
-	c.auth.consoleKey = c.ConsoleSessionKey()
-	c.auth.failures.audit = func(ctx context.Context, data map[string]any) {
+	a.consoleKey = c.ConsoleSessionKey()
+	a.tls = cfg.TLS
+	a.failures.audit = func(ctx context.Context, data map[string]any) {
 		c.auditCoordinator(ctx, store.AuditAuthenticationFailures, "authentication", data)
 	}
-	c.tracer = cfg.TracerProvider.Tracer(tracerName)
-	c.seen = newSeenWorkers(cfg.WorkerSeenWindow)
-	c.queueGauges.interval = cfg.QueueMetricsInterval
-	c.throughput = &throughputSampler{interval: cfg.ThroughputInterval, store: cfg.Store, log: cfg.Logger, now: c.wallNow}
-	if err := c.setUpMetrics(); err != nil {
-		bgCancel(nil)
-		return nil, err
+	return a
+}
+
+// newMaintenance builds the background work of c's configuration; its
+// hooks tell c what the work did.
+func (c *Coordinator) newMaintenance() maintenance {
+	cfg := &c.cfg
+	m := maintenance{
+		reaper: reaper.New(reaper.Config{
+			Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
+			IntervalMax: cfg.ReapIntervalMax, Reaped: c.reaped,
+		}),
+		pruner: retention.New(retention.Config{
+			Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
+			Interval: cfg.RetentionInterval, Now: cfg.Now,
+		}),
+		throughput: &throughputSampler{interval: cfg.ThroughputInterval, store: cfg.Store, log: cfg.Logger, now: c.wallNow},
 	}
-	c.shedder = newLoadShedder(cfg.MaxInFlightReads, cfg.MaxInFlightWrites, cfg.ShedWait, &c.overload, c.metrics)
-	c.dispatcher = dispatch.New(dispatch.Config{
-		Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
-		PollInterval: cfg.PollInterval, PollMaxInterval: cfg.PollMaxInterval,
-		CreditsMax: CreditsMax, Leased: c.leased, Round: c.metrics.DispatchRound,
-	})
-	c.pruner = retention.New(retention.Config{
-		Store: cfg.Store, Logger: cfg.Logger, Retention: cfg.Retention,
-		Interval: cfg.RetentionInterval, Now: cfg.Now,
-	})
 	if cfg.SchedulePollInterval > 0 {
-		c.scheduler = scheduler.New(scheduler.Config{
+		m.scheduler = scheduler.New(scheduler.Config{
 			Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now, PollInterval: cfg.SchedulePollInterval,
 			IdempotencyWindow: cfg.IdempotencyWindow, Fired: c.schedulesFired,
 		})
 	}
 	if cfg.OperationPollInterval > 0 {
-		c.operations = bulk.New(bulk.Config{
+		m.operations = bulk.New(bulk.Config{
 			Store: cfg.Store, Owner: cfg.ID, Logger: cfg.Logger, Now: cfg.Now,
 			Lease: cfg.OperationLease, PollInterval: cfg.OperationPollInterval, Chunk: cfg.OperationChunk,
 			Rate: cfg.OperationRate, Retention: cfg.OperationRetention,
-			Chunked: c.operationChunked, Finished: c.operationFinished, Running: c.metrics.operationRunning,
+			Chunked: c.operationChunked, Finished: c.operationFinished, Running: c.core.metrics.operationRunning,
 		})
 	}
-	c.grpc = grpc.NewServer(c.serverOptions()...)
-	leaseholdv1.RegisterJobServiceServer(c.grpc, &jobService{c: c})
-	leaseholdv1.RegisterWorkerServiceServer(c.grpc, &workerService{c: c})
-	leaseholdv1.RegisterAdminServiceServer(c.grpc, &adminService{c: c})
-	leaseholdv1.RegisterScheduleServiceServer(c.grpc, &scheduleService{c: c})
-	leaseholdv1.RegisterOperationServiceServer(c.grpc, &operationService{c: c})
-	healthpb.RegisterHealthServer(c.grpc, c.health)
-	reflection.Register(c.grpc)
-	// The store answered when it was opened: ready until a probe says
-	// otherwise. Liveness never changes.
-	c.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
-	c.publishHealth()
-	return c, nil
+	return m
 }
 
 // GRPCServer returns the underlying server, for tests that serve it on a
@@ -214,29 +180,29 @@ func (c *Coordinator) ID() string { return c.cfg.ID }
 // Shutdown. It returns nil after Shutdown and the listener's error
 // otherwise. It may be called for several listeners.
 func (c *Coordinator) Serve(lis net.Listener) error {
-	c.startOnce.Do(func() {
-		c.dispatcher.Start(c.bgCtx)
-		c.reaper.Start(c.bgCtx)
-		c.pruner.Start(c.bgCtx)
-		if c.operations != nil {
-			c.operations.Start(c.bgCtx)
+	c.life.startOnce.Do(func() {
+		c.core.dispatcher.Start(c.life.bgCtx)
+		c.maintenance.reaper.Start(c.life.bgCtx)
+		c.maintenance.pruner.Start(c.life.bgCtx)
+		if c.maintenance.operations != nil {
+			c.maintenance.operations.Start(c.life.bgCtx)
 		}
-		if c.scheduler != nil {
-			c.scheduler.Start(c.bgCtx)
+		if c.maintenance.scheduler != nil {
+			c.maintenance.scheduler.Start(c.life.bgCtx)
 		}
-		c.reporter.Start(c.bgCtx)
-		c.overloadRep.Start(c.bgCtx)
-		c.auth.failures.Start(c.bgCtx)
-		c.throughput.Start(c.bgCtx)
-		c.watchesDone = make(chan struct{})
+		c.core.reporter.Start(c.life.bgCtx)
+		c.defences.overloadRep.Start(c.life.bgCtx)
+		c.identity.auth.failures.Start(c.life.bgCtx)
+		c.maintenance.throughput.Start(c.life.bgCtx)
+		c.life.watchesDone = make(chan struct{})
 		go func() {
-			defer close(c.watchesDone)
-			c.watches.run(c.bgCtx, c.log)
+			defer close(c.life.watchesDone)
+			c.core.watches.run(c.life.bgCtx, c.log)
 		}()
-		c.readinessDone = make(chan struct{})
+		c.life.readinessDone = make(chan struct{})
 		go func() {
-			defer close(c.readinessDone)
-			c.runReadiness(c.bgCtx)
+			defer close(c.life.readinessDone)
+			c.runReadiness(c.life.bgCtx)
 		}()
 	})
 	c.log.Info("leasehold coordinator serving",
@@ -272,8 +238,8 @@ func (c *Coordinator) Serve(lis net.Listener) error {
 // Leases held by workers are not touched: a lease outlives its stream, and
 // one never finished expires and is claimed again.
 func (c *Coordinator) Shutdown(ctx context.Context) error {
-	c.shutdownOnce.Do(func() { c.shutdownErr = c.shutdown(ctx) })
-	return c.shutdownErr
+	c.life.shutdownOnce.Do(func() { c.life.shutdownErr = c.shutdown(ctx) })
+	return c.life.shutdownErr
 }
 
 func (c *Coordinator) shutdown(ctx context.Context) error {
@@ -284,15 +250,9 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	c.markShuttingDown()
 
 	// 2.
-	c.dispatcher.Quiesce()
-	c.mu.Lock()
-	c.draining = true
-	sessions := make([]*session, 0, len(c.sessions))
-	for _, s := range c.sessions {
-		sessions = append(sessions, s)
-	}
-	c.mu.Unlock()
-	close(c.closing)
+	c.core.dispatcher.Quiesce()
+	sessions := c.core.streams.list("", true)
+	close(c.life.closing)
 
 	// 3.
 	for _, s := range sessions {
@@ -327,29 +287,29 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 	cancel()
 
 	// 5.
-	c.bgCancel(errShuttingDown)
-	c.dispatcher.Stop()
-	c.reaper.Stop()
-	c.pruner.Stop()
-	if c.operations != nil {
-		c.operations.Stop()
+	c.life.bgCancel(errShuttingDown)
+	c.core.dispatcher.Stop()
+	c.maintenance.reaper.Stop()
+	c.maintenance.pruner.Stop()
+	if c.maintenance.operations != nil {
+		c.maintenance.operations.Stop()
 	}
-	if c.scheduler != nil {
-		c.scheduler.Stop()
+	if c.maintenance.scheduler != nil {
+		c.maintenance.scheduler.Stop()
 	}
-	c.reporter.Stop()
-	c.overloadRep.Stop()
-	c.auth.failures.Stop()
-	c.throughput.Stop()
-	c.queueCounts.wg.Wait()
-	c.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
-	if c.readinessDone != nil {
-		<-c.readinessDone
+	c.core.reporter.Stop()
+	c.defences.overloadRep.Stop()
+	c.identity.auth.failures.Stop()
+	c.maintenance.throughput.Stop()
+	c.probes.queueCounts.wg.Wait()
+	c.life.startOnce.Do(func() {}) // a Serve after Shutdown starts nothing
+	if c.life.readinessDone != nil {
+		<-c.life.readinessDone
 	}
-	if c.watchesDone != nil {
-		<-c.watchesDone
+	if c.life.watchesDone != nil {
+		<-c.life.watchesDone
 	}
-	c.reporter.runOnce(ctx, activityCounts{})
+	c.core.reporter.runOnce(ctx, activityCounts{})
 
 	// 6.
 	if !c.cfg.KeepStoreOpen {
@@ -363,9 +323,7 @@ func (c *Coordinator) shutdown(ctx context.Context) error {
 
 // streams returns how many worker streams are connected here.
 func (c *Coordinator) streams() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.sessions)
+	return c.core.streams.count()
 }
 
 // now is the time passed to store calls: zero (the store's clock) unless a
@@ -396,7 +354,7 @@ func (c *Coordinator) leased(jobs []store.ClaimedJob) {
 		}
 	}
 	if !first.IsZero() {
-		c.reaper.Expect(first)
+		c.maintenance.reaper.Expect(first)
 	}
 }
 
@@ -404,23 +362,21 @@ func (c *Coordinator) leased(jobs []store.ClaimedJob) {
 // stop counting them, watchers wake, and requeued jobs wake dispatch.
 func (c *Coordinator) reaped(res store.ReapResult) {
 	for _, j := range res.Jobs {
-		c.activity.ended(j.State)
+		c.core.activity.ended(j.State)
 		c.leaseEnded(j.Tenant, j)
 	}
 	for _, q := range res.Requeued {
-		c.dispatcher.Wake(q.Tenant, q.Queue)
+		c.core.dispatcher.Wake(q.Tenant, q.Queue)
 	}
 	for _, j := range res.Jobs {
-		c.watches.notify(j.Tenant, j.ID)
+		c.core.watches.notify(j.Tenant, j.ID)
 	}
 }
 
 // holder returns the stream on this coordinator through which worker
 // holds leases, if any.
 func (c *Coordinator) holder(tenant, worker string) *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sessions[sessionKey{tenant, worker}]
+	return c.core.streams.get(tenant, worker)
 }
 
 // leaseEnded tells the stream of the lease's owner, if it is on this
@@ -455,7 +411,7 @@ func (c *Coordinator) notifyCancel(tenant string, job *store.Job, reason string)
 // Waiters returns the worker ids of the streams and long-poll Claims
 // registered with the dispatcher right now (introspection and tests).
 func (c *Coordinator) Waiters() []string {
-	ws := c.dispatcher.Waiters()
+	ws := c.core.dispatcher.Waiters()
 	out := make([]string, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, w.Worker)

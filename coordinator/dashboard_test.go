@@ -31,7 +31,7 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 	defer tel.Shutdown(context.Background())
 	o := newObservedWith(t, func(c *Config) { c.MeterProvider = tel.MeterProvider })
 	ctx := withCaller(context.Background(), anonymous(TenantDefault))
-	m := o.c.metrics
+	m := o.c.core.metrics
 	m.CommitBatch("reports", 3, time.Millisecond, nil)
 	m.DispatchRound(time.Millisecond, 2)
 	m.BreakerState(TenantDefault, "payments", BreakerOpen)

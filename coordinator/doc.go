@@ -10,8 +10,29 @@
 // anything is written), call the store with the caller's tenant and the
 // injected clock, encode the answer, and map any error with toStatus — the
 // one errors.Is/As switch that attaches google.rpc.ErrorInfo reasons
-// (LEASE_LOST, IDEMPOTENCY_CONFLICT, JOB_NOT_FOUND, …) and never sends SQL
-// text, stacks or internal error strings.
+// (LEASE_LOST, IDEMPOTENCY_CONFLICT, JOB_NOT_FOUND, EFFECT_NOT_FOUND, …)
+// and never sends SQL text, stacks or internal error strings. What was
+// not found is told by the store's error (store.ErrEffectNotFound,
+// store.ErrPrincipalNotFound, …), never decided by a handler.
+//
+// The shapes a handler shares live in handler.go: leaseCall (a worker
+// call on one lease: decode, check the token's worker id, call, map the
+// error) and reportCall. A terminal report (Complete, Retry, Cancel,
+// Release) has one entry, Coordinator.report, for both transports: the
+// unary RPC and the Connect stream's report decode it with
+// validator.Report straight into a store.Report.
+//
+// # State
+//
+// The Coordinator holds its configuration, logger, store, validator and
+// gRPC server, and one value per owner (components.go): core (the
+// dispatcher, the registry of worker streams, the watch hub, metrics,
+// tracer and activity), identity (authenticator, worker-id owners, lease
+// signer), defences (pre-auth limits, rate limiters, load shedder,
+// health-watch limit and their refusal counts), maintenance (reaper,
+// pruner, scheduler, bulk runner, throughput sampler), probes (health
+// server, readiness, queue readings) and lifecycle (what Serve starts and
+// Shutdown stops).
 //
 // # Worker streams
 //

@@ -56,13 +56,13 @@ type readiness struct {
 // its last probe and shutdown has not begun. When it does not, reason
 // says why, for /readyz and the log.
 func (c *Coordinator) Ready() (ready bool, reason string) {
-	c.ready.mu.Lock()
-	defer c.ready.mu.Unlock()
+	c.probes.ready.mu.Lock()
+	defer c.probes.ready.mu.Unlock()
 	switch {
-	case c.ready.shuttingDown:
+	case c.probes.ready.shuttingDown:
 		return false, "shutting down"
-	case c.ready.storeErr != nil:
-		return false, "store unreachable: " + c.ready.storeErr.Error()
+	case c.probes.ready.storeErr != nil:
+		return false, "store unreachable: " + c.probes.ready.storeErr.Error()
 	}
 	return true, ""
 }
@@ -75,15 +75,15 @@ func (c *Coordinator) publishHealth() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	for _, svc := range readinessFollowers {
-		c.health.SetServingStatus(svc, st)
+		c.probes.health.SetServingStatus(svc, st)
 	}
 }
 
 // markShuttingDown turns readiness off for good (shutdown step 1).
 func (c *Coordinator) markShuttingDown() {
-	c.ready.mu.Lock()
-	c.ready.shuttingDown = true
-	c.ready.mu.Unlock()
+	c.probes.ready.mu.Lock()
+	c.probes.ready.shuttingDown = true
+	c.probes.ready.mu.Unlock()
 	c.publishHealth()
 }
 
@@ -100,7 +100,7 @@ func (c *Coordinator) probeStore(ctx context.Context) {
 		return // shutting down: not the store's fault
 	}
 	now := c.wallNow()
-	r := &c.ready
+	r := &c.probes.ready
 	r.mu.Lock()
 	was := r.storeErr
 	r.storeErr = err

@@ -67,9 +67,9 @@ func (c *Coordinator) limitHealthWatch(srv any, ss grpc.ServerStream, info *grpc
 	}
 	ctx := ss.Context()
 	conn := connectionKey(ctx)
-	ok, perConn := c.healthWatches.acquire(conn)
+	ok, perConn := c.defences.healthWatches.acquire(conn)
 	if !ok {
-		c.overload.watchesRefused.Add(1)
+		c.defences.overload.watchesRefused.Add(1)
 		noteRefusal(ctx, refusalWatchLimit, healthWatchRetryDelay)
 		msg := "too many health watches on this coordinator"
 		if perConn {
@@ -78,6 +78,6 @@ func (c *Coordinator) limitHealthWatch(srv any, ss grpc.ServerStream, info *grpc
 		return refusalError(codes.ResourceExhausted, ReasonWatchLimit,
 			msg+": use Check, or retry after the RetryInfo delay", healthWatchRetryDelay)
 	}
-	defer c.healthWatches.release(conn)
+	defer c.defences.healthWatches.release(conn)
 	return h(srv, ss)
 }

@@ -87,7 +87,7 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 		res, err = c.store.CreateJobs(ctx, p)
 	}
 	if errors.Is(err, store.ErrUniqueConflict) {
-		c.metrics.uniqueConflict(ctx, tenant, refusedQueue(crs), "refused", 1)
+		c.core.metrics.uniqueConflict(ctx, tenant, refusedQueue(crs), "refused", 1)
 	}
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	for _, r := range res {
 		switch {
 		case r.Duplicate:
-			c.metrics.uniqueConflict(ctx, tenant, r.Job.Queue, "duplicate", 1)
+			c.core.metrics.uniqueConflict(ctx, tenant, r.Job.Queue, "duplicate", 1)
 		case !r.Replayed:
 			fresh[r.Job.Queue]++
 		}
@@ -104,13 +104,13 @@ func (c *Coordinator) createJobs(ctx context.Context, crs []store.CreateRequest)
 	created := 0
 	for q, n := range fresh {
 		created += n
-		c.metrics.jobCreated(ctx, tenant, q, n)
+		c.core.metrics.jobCreated(ctx, tenant, q, n)
 		if handed[q] < n {
-			c.dispatcher.Wake(tenant, q)
+			c.core.dispatcher.Wake(tenant, q)
 		}
 	}
-	c.activity.created.Add(int64(created))
-	c.activity.replayed.Add(int64(len(res) - created))
+	c.core.activity.created.Add(int64(created))
+	c.core.activity.replayed.Add(int64(len(res) - created))
 	return res, nil
 }
 
@@ -139,7 +139,7 @@ func (c *Coordinator) reserveFor(tenant string, crs []store.CreateRequest) (stor
 			want[r.Spec.Queue]++
 		}
 	}
-	return hc, c.dispatcher.Reserve(tenant, want)
+	return hc, c.core.dispatcher.Reserve(tenant, want)
 }
 
 func (s *jobService) GetJob(ctx context.Context, req *leaseholdv1.GetJobRequest) (*leaseholdv1.GetJobResponse, error) {
@@ -164,15 +164,8 @@ func (s *jobService) ListJobs(ctx context.Context, req *leaseholdv1.ListJobsRequ
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	if p.Queue != "" {
-		if err := checkQueue(ctx, "queue", p.Queue); err != nil {
-			return nil, err
-		}
-	}
-	for _, q := range p.Filter.Queues {
-		if err := checkQueue(ctx, "filter", q); err != nil {
-			return nil, err
-		}
+	if err := checkListScope(ctx, p.Queue, p.Filter.Queues); err != nil {
+		return nil, err
 	}
 	p.Tenant = tenantFrom(ctx)
 	page, err := c.store.ListJobs(ctx, p)
@@ -209,10 +202,10 @@ func (s *jobService) CancelJob(ctx context.Context, req *leaseholdv1.CancelJobRe
 		c.notifyCancel(p.Tenant, job, p.Reason)
 	}
 	if job.State == store.JobStateCancelled {
-		c.activity.cancelled.Add(1)
-		c.metrics.jobEnded(ctx, p.Tenant, job)
+		c.core.activity.cancelled.Add(1)
+		c.core.metrics.jobEnded(ctx, p.Tenant, job)
 	}
-	c.watches.notify(p.Tenant, job.ID)
+	c.core.watches.notify(p.Tenant, job.ID)
 	return &leaseholdv1.CancelJobResponse{Job: toJob(job)}, nil
 }
 
@@ -331,17 +324,17 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 	p.Tenant = tenantFrom(ctx)
 	// Subscribe before the first read, so that no change after it is
 	// missed.
-	w, err := c.watches.add(store.JobRef{Tenant: p.Tenant, ID: p.JobID}, connectionKey(ctx))
+	w, err := c.core.watches.add(store.JobRef{Tenant: p.Tenant, ID: p.JobID}, connectionKey(ctx))
 	if err != nil {
-		c.overload.watchesRefused.Add(1)
-		c.metrics.WatchLimited(ctx, p.Tenant, leaseholdv1.JobService_WatchJob_FullMethodName)
+		c.defences.overload.watchesRefused.Add(1)
+		c.core.metrics.WatchLimited(ctx, p.Tenant, leaseholdv1.JobService_WatchJob_FullMethodName)
 		noteRefusal(ctx, refusalWatchLimit, watchLimitRetryDelay)
 		return refusalError(codes.ResourceExhausted, ReasonWatchLimit,
 			err.Error()+": close watches you no longer need, or retry after the RetryInfo delay", watchLimitRetryDelay)
 	}
-	defer c.watches.remove(w)
+	defer c.core.watches.remove(w)
 	// Changes are sent to this coordinator from now on.
-	if err := c.watches.present(ctx); err != nil {
+	if err := c.core.watches.present(ctx); err != nil {
 		return toStatus(ctx, c.log, err)
 	}
 	if _, err := c.store.GetJob(ctx, p.Tenant, p.JobID); err != nil {
@@ -388,7 +381,7 @@ func (s *jobService) WatchJob(req *leaseholdv1.WatchJobRequest, stream leasehold
 		select {
 		case <-ctx.Done():
 			return toStatus(ctx, c.log, ctx.Err())
-		case <-c.closing:
+		case <-c.life.closing:
 			return statusError(codes.Unavailable, ReasonShuttingDown,
 				"coordinator shutting down: watch again elsewhere with after_sequence set to the last sequence received")
 		case <-w.wake:

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -182,7 +181,7 @@ func (a *adminService) CreateApiKey(ctx context.Context, req *leaseholdv1.Create
 	}
 	// Usable here at once; other coordinators load it within
 	// principalMissRefresh of its first use there.
-	c.auth.dir.invalidate()
+	c.identity.auth.dir.invalidate()
 	return &leaseholdv1.CreateApiKeyResponse{Principal: ToPrincipal(pr), Secret: secret}, nil
 }
 
@@ -214,14 +213,11 @@ func (a *adminService) RevokeApiKey(ctx context.Context, req *leaseholdv1.Revoke
 	pr, err := c.store.RevokePrincipal(ctx, store.RevokePrincipalParams{
 		Tenant: cl.tenant, ID: req.GetId(), Actor: cl.identity, ActorName: cl.name, Now: c.now(),
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, statusError(codes.NotFound, ReasonPrincipalNotFound, "no API key or principal with this id in the tenant")
-	}
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
 	// Other coordinators notice within their cache TTL; this one at once.
-	c.auth.dir.invalidate()
+	c.identity.auth.dir.invalidate()
 	return &leaseholdv1.RevokeApiKeyResponse{Principal: ToPrincipal(pr)}, nil
 }
 

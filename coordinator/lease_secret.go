@@ -110,7 +110,7 @@ const consoleSessionLabel = "leasehold console session key v1"
 // (a session made on one replica opens on another) and nothing new is
 // stored. Knowing it reveals nothing of the lease key.
 func (c *Coordinator) ConsoleSessionKey() []byte {
-	m := hmac.New(sha256.New, c.leases.key)
+	m := hmac.New(sha256.New, c.identity.leases.key)
 	m.Write([]byte(consoleSessionLabel))
 	return m.Sum(nil)
 }

@@ -101,7 +101,7 @@ func TestAMalformedTokenJobIDIsInvalidWhateverItsSecret(t *testing.T) {
 		req := &leaseholdv1.CompleteRequest{Token: &leaseholdv1.LeaseToken{
 			JobId: id, LeaseGeneration: 1, WorkerId: "w", Secret: testValidator.leases.sign(tok),
 		}}
-		_, err := testValidator.Complete(req)
+		_, _, _, err := testValidator.Report(req)
 		st := toStatus(t.Context(), nil, err)
 		if status.Code(st) != codes.InvalidArgument || !slices.Contains(fieldViolations(st), "token.job_id") {
 			t.Errorf("job_id %q with its valid secret: %v (fields %v); want INVALID_ARGUMENT on token.job_id", id, st, fieldViolations(st))

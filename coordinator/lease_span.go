@@ -31,7 +31,7 @@ const (
 // Call it once per job the dispatcher delivered to a stream (session.deliver),
 // after the lease was queued for sending.
 func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
-	c.metrics.leaseGranted(context.Background(), tenant, j.Job.Queue)
+	c.core.metrics.leaseGranted(context.Background(), tenant, j.Job.Queue)
 	c.leaseSpan(context.Background(), spanLeasePush, leasePushStart, j)
 }
 
@@ -40,7 +40,7 @@ func (c *Coordinator) leasePushed(tenant string, j store.ClaimedJob) {
 // linked to each producer's span.
 func (c *Coordinator) leasesClaimed(ctx context.Context, tenant string, jobs []store.ClaimedJob) {
 	for _, j := range jobs {
-		c.metrics.leaseGranted(ctx, tenant, j.Job.Queue)
+		c.core.metrics.leaseGranted(ctx, tenant, j.Job.Queue)
 		c.leaseSpan(ctx, spanLeaseClaim, leaseClaimStart, j)
 	}
 }
@@ -63,7 +63,7 @@ func (c *Coordinator) leaseSpan(ctx context.Context, name string, opts []trace.S
 	if producer := producerSpan(j.Job.Metadata); producer.IsValid() {
 		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: producer}))
 	}
-	_, span := c.tracer.Start(ctx, name, opts...)
+	_, span := c.core.tracer.Start(ctx, name, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("leasehold.job.id", j.Job.ID),

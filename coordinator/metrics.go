@@ -320,8 +320,8 @@ func (m *Metrics) observeCoordinator(c *Coordinator) error {
 		nStreams, nHeld := c.streamCounts()
 		o.ObserveInt64(streams, int64(nStreams))
 		o.ObserveInt64(held, int64(nHeld))
-		o.ObserveInt64(unary, int64(c.seen.count(c.wallNow())))
-		snap, err := c.queueGauges.read(ctx, c)
+		o.ObserveInt64(unary, int64(c.core.seen.count(c.wallNow())))
+		snap, err := c.probes.queueGauges.read(ctx, c)
 		if err != nil {
 			m.queueMetricsErrors.Add(ctx, 1)
 			// No gauges rather than stale ones: an absent series is what
@@ -345,12 +345,7 @@ func (m *Metrics) observeCoordinator(c *Coordinator) error {
 // streamCounts is the number of open worker streams and the leases held
 // through them.
 func (c *Coordinator) streamCounts() (streams, leases int) {
-	c.mu.Lock()
-	sessions := make([]*session, 0, len(c.sessions))
-	for _, s := range c.sessions {
-		sessions = append(sessions, s)
-	}
-	c.mu.Unlock()
+	sessions := c.core.streams.list("", false)
 	for _, s := range sessions {
 		leases += s.held()
 	}
@@ -395,7 +390,7 @@ func (c *Coordinator) setUpMetrics() error {
 			return err
 		}
 	}
-	c.metrics = m
+	c.core.metrics = m
 	return m.observeCoordinator(c)
 }
 

@@ -175,7 +175,7 @@ func point(ms map[string]metricdata.Metrics, name string, want ...attribute.KeyV
 
 func (o *observed) health(t *testing.T, svc string) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
-	r, err := o.c.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+	r, err := o.c.probes.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 	if err != nil {
 		t.Fatalf("health %q: %v", svc, err)
 	}
@@ -271,9 +271,9 @@ func TestQueueGaugesComeFromOneCachedStoreReading(t *testing.T) {
 
 	// A failed reading leaves the gauges out (and is counted) rather than
 	// showing stale numbers.
-	o.c.queueGauges.mu.Lock()
-	o.c.queueGauges.at = time.Time{}
-	o.c.queueGauges.mu.Unlock()
+	o.c.probes.queueGauges.mu.Lock()
+	o.c.probes.queueGauges.at = time.Time{}
+	o.c.probes.queueGauges.mu.Unlock()
 	o.st.down.Store(true)
 	ms = o.collect(t)
 	if _, ok := point(ms, "leasehold.queue.jobs", attrQueue("a")); ok {
@@ -287,7 +287,7 @@ func TestQueueGaugesComeFromOneCachedStoreReading(t *testing.T) {
 func TestMetricsRecorderHooks(t *testing.T) {
 	t.Parallel()
 	o := newObserved(t)
-	m := o.c.metrics
+	m := o.c.core.metrics
 	m.CommitBatch("reports", 7, 3*time.Millisecond, nil)
 	m.CommitBatch("reports", 3, time.Millisecond, errOutage)
 	m.DispatchRound(2*time.Millisecond, 5)
@@ -340,7 +340,7 @@ func TestUnaryClaimRecordsLeaseSpansAndCounters(t *testing.T) {
 	if _, err := js.CreateJob(ctx, &leaseholdv1.CreateJobRequest{Job: &leaseholdv1.JobSpec{Queue: "traced", Kind: "k", Metadata: md}}); err != nil {
 		t.Fatal(err)
 	}
-	callCtx, call := o.c.tracer.Start(ctx, "leasehold.v1.WorkerService/Claim")
+	callCtx, call := o.c.core.tracer.Start(ctx, "leasehold.v1.WorkerService/Claim")
 	claimed, err := ws.Claim(callCtx, &leaseholdv1.ClaimRequest{WorkerId: "unary-1", Queues: []string{"traced"}})
 	call.End()
 	if err != nil || len(claimed.GetJobs()) != 1 {

@@ -147,8 +147,8 @@ func (s *operationService) bulk(ctx context.Context, req bulkRequest) (*leasehol
 		return nil, nil, toStatus(ctx, c.log, err)
 	}
 	c.audit(ctx, store.AuditOperationStarted, op.ID, operationAuditData(op))
-	if c.operations != nil {
-		c.operations.Wake()
+	if c.maintenance.operations != nil {
+		c.maintenance.operations.Wake()
 	}
 	return nil, toOperation(op), nil
 }
@@ -175,9 +175,9 @@ func (c *Coordinator) operationChunked(ctx context.Context, res store.ChunkResul
 	if took > 0 {
 		rate = float64(res.Handled) / took.Seconds()
 	}
-	c.metrics.operationChunk(ctx, res.Operation.Tenant, string(res.Operation.Kind), res.Rows, rate)
+	c.core.metrics.operationChunk(ctx, res.Operation.Tenant, string(res.Operation.Kind), res.Rows, rate)
 	for _, q := range res.Queues {
-		c.dispatcher.Wake(q.Tenant, q.Queue)
+		c.core.dispatcher.Wake(q.Tenant, q.Queue)
 	}
 }
 
@@ -360,7 +360,7 @@ func (s *operationService) WaitOperation(ctx context.Context, req *leaseholdv1.W
 		select {
 		case <-ctx.Done():
 			return nil, toStatus(ctx, c.log, ctx.Err())
-		case <-c.closing:
+		case <-c.life.closing:
 			return &leaseholdv1.WaitOperationResponse{Operation: toOperation(op)}, nil
 		case <-deadline.C:
 			return &leaseholdv1.WaitOperationResponse{Operation: toOperation(op)}, nil

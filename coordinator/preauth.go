@@ -55,9 +55,9 @@ func (l *preAuthLimits) check(ctx context.Context, stream bool) (*rateLimiter, e
 }
 
 func (c *Coordinator) preAuthUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if l, err := c.preAuth.check(ctx, false); err != nil {
-		c.overload.rateLimitedCalls.Add(1)
-		c.metrics.RateLimited(ctx, "", info.FullMethod)
+	if l, err := c.defences.preAuth.check(ctx, false); err != nil {
+		c.defences.overload.rateLimitedCalls.Add(1)
+		c.core.metrics.RateLimited(ctx, "", info.FullMethod)
 		return nil, c.rateLimitedError(ctx, l.kind)
 	}
 	return h(ctx, req)
@@ -65,9 +65,9 @@ func (c *Coordinator) preAuthUnary(ctx context.Context, req any, info *grpc.Unar
 
 func (c *Coordinator) preAuthStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	ctx := ss.Context()
-	if l, err := c.preAuth.check(ctx, true); err != nil {
-		c.overload.rateLimitedStreams.Add(1)
-		c.metrics.RateLimited(ctx, "", info.FullMethod)
+	if l, err := c.defences.preAuth.check(ctx, true); err != nil {
+		c.defences.overload.rateLimitedStreams.Add(1)
+		c.core.metrics.RateLimited(ctx, "", info.FullMethod)
 		return c.rateLimitedError(ctx, l.kind)
 	}
 	return h(srv, ss)

@@ -100,7 +100,7 @@ func TestUnknownKeysCostNoQueryEach(t *testing.T) {
 	if _, err := leaseholdv1.NewJobServiceClient(e.dial(key)).ListJobs(ctx, &leaseholdv1.ListJobsRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	before := e.c.auth.dir.reloads()
+	before := e.c.identity.auth.dir.reloads()
 	conn := e.dial("")
 	jobs := leaseholdv1.NewJobServiceClient(conn)
 	const calls = 200
@@ -125,7 +125,7 @@ func TestUnknownKeysCostNoQueryEach(t *testing.T) {
 	// Misses reload at most once per principalMissRefresh: on a loaded
 	// machine the calls may span several of those, never 200.
 	elapsed := time.Since(start)
-	if n, most := e.c.auth.dir.reloads()-before, 3+int(elapsed/principalMissRefresh); n > most {
+	if n, most := e.c.identity.auth.dir.reloads()-before, 3+int(elapsed/principalMissRefresh); n > most {
 		t.Errorf("%d unknown keys in %v reloaded the directory %d times; want at most %d", calls, elapsed, n, most)
 	}
 	// Created straight in the store, as another coordinator would: no

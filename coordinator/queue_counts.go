@@ -97,7 +97,7 @@ func (q *queueCounts) startLocked(c *Coordinator, tenant string, e *tenantCounts
 	q.wg.Add(1)
 	go func() {
 		defer q.wg.Done()
-		ctx, cancel := context.WithTimeout(c.bgCtx, queueCountsTimeout)
+		ctx, cancel := context.WithTimeout(c.life.bgCtx, queueCountsTimeout)
 		defer cancel()
 		start := time.Now()
 		qs, err := c.store.ListQueues(ctx, tenant)

@@ -133,8 +133,8 @@ func (c *Coordinator) rateLimitUnary(l *rateLimiter) grpc.UnaryServerInterceptor
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := inner(ctx, req, info, h)
 		if err != nil && refusedBy(ctx, refusalRateLimited) {
-			c.overload.rateLimitedCalls.Add(1)
-			c.metrics.RateLimited(ctx, tenantFrom(ctx), info.FullMethod)
+			c.defences.overload.rateLimitedCalls.Add(1)
+			c.core.metrics.RateLimited(ctx, tenantFrom(ctx), info.FullMethod)
 			return nil, c.rateLimitedError(ctx, l.kind)
 		}
 		return resp, err
@@ -147,8 +147,8 @@ func (c *Coordinator) rateLimitStream(l *rateLimiter) grpc.StreamServerIntercept
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		err := inner(srv, ss, info, h)
 		if err != nil && refusedBy(ss.Context(), refusalRateLimited) {
-			c.overload.rateLimitedStreams.Add(1)
-			c.metrics.RateLimited(ss.Context(), tenantFrom(ss.Context()), info.FullMethod)
+			c.defences.overload.rateLimitedStreams.Add(1)
+			c.core.metrics.RateLimited(ss.Context(), tenantFrom(ss.Context()), info.FullMethod)
 			return c.rateLimitedError(ss.Context(), l.kind)
 		}
 		return err

@@ -194,9 +194,9 @@ func (s *scheduleService) TriggerSchedule(ctx context.Context, req *leaseholdv1.
 		c.audit(ctx, store.AuditScheduleTriggered, sc.ID, map[string]any{
 			"name": sc.Name, "job_id": run.JobID, "request_id": req.GetRequestId(),
 		})
-		c.metrics.jobCreated(ctx, sc.Tenant, sc.Spec.Queue, 1)
-		c.activity.created.Add(1)
-		c.dispatcher.Wake(sc.Tenant, sc.Spec.Queue)
+		c.core.metrics.jobCreated(ctx, sc.Tenant, sc.Spec.Queue, 1)
+		c.core.activity.created.Add(1)
+		c.core.dispatcher.Wake(sc.Tenant, sc.Spec.Queue)
 	}
 	return &leaseholdv1.TriggerScheduleResponse{Run: toScheduleRun(*run)}, nil
 }
@@ -234,15 +234,15 @@ func (c *Coordinator) schedulesFired(ctx context.Context, res store.FireSchedule
 			if !t.Replayed {
 				fresh++
 			}
-			c.metrics.scheduleTickLag(ctx, f.Tenant, f.Queue, committed.Sub(t.Tick))
+			c.core.metrics.scheduleTickLag(ctx, f.Tenant, f.Queue, committed.Sub(t.Tick))
 		}
-		c.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "fired", int64(len(f.Fired)))
-		c.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "skipped", int64(f.Skipped))
-		c.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "missed", f.Missed)
+		c.core.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "fired", int64(len(f.Fired)))
+		c.core.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "skipped", int64(f.Skipped))
+		c.core.metrics.scheduleTicked(ctx, f.Tenant, f.Queue, "missed", f.Missed)
 		if fresh > 0 {
-			c.metrics.jobCreated(ctx, f.Tenant, f.Queue, fresh)
-			c.activity.created.Add(int64(fresh))
-			c.dispatcher.Wake(f.Tenant, f.Queue)
+			c.core.metrics.jobCreated(ctx, f.Tenant, f.Queue, fresh)
+			c.core.activity.created.Add(int64(fresh))
+			c.core.dispatcher.Wake(f.Tenant, f.Queue)
 		}
 		if f.Paused != "" {
 			c.log.WarnContext(ctx, "schedule paused itself", slog.String("tenant", f.Tenant),
@@ -269,7 +269,7 @@ func (c *Coordinator) cancelPreviousRun(ctx context.Context, f store.FiredSchedu
 	if job.State == store.JobStateLeased && job.CancelRequested {
 		c.notifyCancel(f.Tenant, job, reason)
 	}
-	c.watches.notify(f.Tenant, job.ID)
+	c.core.watches.notify(f.Tenant, job.ID)
 }
 
 // Decoding.

@@ -50,6 +50,22 @@ func checkQueues(ctx context.Context, field string, queues []string) error {
 	return nil
 }
 
+// checkListScope refuses a list call whose queue, or a queue of its
+// filter, is outside the caller's scope.
+func checkListScope(ctx context.Context, queue string, filterQueues []string) error {
+	if queue != "" {
+		if err := checkQueue(ctx, "queue", queue); err != nil {
+			return err
+		}
+	}
+	for _, q := range filterQueues {
+		if err := checkQueue(ctx, "filter", q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkJobInScope answers NOT_FOUND, exactly as for a missing job, when the
 // caller is scoped and the job's queue is outside its scope (or the job is
 // missing). Unscoped callers cost nothing: the store call that follows

@@ -141,12 +141,12 @@ func (r *seenWorkers) list(tenant string, now time.Time, coordinatorID string, s
 // queues) in the last-seen registry that ListWorkers shows. The unary
 // handlers call it once the request is valid.
 func (c *Coordinator) sawWorker(tenant, worker string, queues ...string) {
-	c.seen.saw(tenant, worker, queues, c.wallNow())
+	c.core.seen.saw(tenant, worker, queues, c.wallNow())
 }
 
 // sawTokens is sawWorker for the workers of a Renew's tokens.
 func (c *Coordinator) sawTokens(tenant string, toks []store.LeaseToken) {
-	c.seen.sawTokens(tenant, toks, c.wallNow())
+	c.core.seen.sawTokens(tenant, toks, c.wallNow())
 }
 
 // listWorkers is ListWorkers' answer: the streams open on this coordinator,
@@ -160,7 +160,7 @@ func (c *Coordinator) listWorkers(tenant string) []*leaseholdv1.WorkerInfo {
 		w.Transport = leaseholdv1.WorkerTransport_WORKER_TRANSPORT_STREAM
 		w.LastSeenAt = timestamppb.New(now)
 	}
-	out := slices.Concat(streams, c.seen.list(tenant, now, c.cfg.ID, func(w string) bool { return ids[w] }))
+	out := slices.Concat(streams, c.core.seen.list(tenant, now, c.cfg.ID, func(w string) bool { return ids[w] }))
 	slices.SortFunc(out, func(a, b *leaseholdv1.WorkerInfo) int {
 		switch {
 		case a.GetWorkerId() < b.GetWorkerId():

@@ -146,7 +146,7 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 	now := time.Now()
 	for _, j := range jobs {
 		s.leases[j.Token.JobID] = j.Token
-		m := &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.leases.sign(j.Token))}}
+		m := &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_Lease{Lease: toLeasedJob(j, c.identity.leases.sign(j.Token))}}
 		size := proto.Size(m)
 		s.pushedLocked(j.Token, size, now)
 		s.enqueueSizedLocked(m, size)
@@ -155,9 +155,9 @@ func (s *session) deliver(jobs []store.ClaimedJob) bool {
 	for _, j := range jobs {
 		c.leasePushed(s.tenant, j)
 	}
-	c.activity.leased.Add(int64(len(jobs)))
+	c.core.activity.leased.Add(int64(len(jobs)))
 	for _, j := range jobs {
-		c.watches.notify(s.tenant, j.Job.ID)
+		c.core.watches.notify(s.tenant, j.Job.ID)
 	}
 	return true
 }
@@ -190,7 +190,7 @@ func (s *session) forget(jobID string, generation int64) {
 	s.mu.Unlock()
 	if room {
 		// Room under the capacity may let more credits through.
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 }
 
@@ -237,7 +237,7 @@ func (s *session) takeOut() []*leaseholdv1.ConnectResponse {
 	s.backlogged = false
 	s.mu.Unlock()
 	if wasBacklogged {
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 	return out
 }
@@ -258,7 +258,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		return toStatus(ctx, c.log, err)
 	}
 	// Checking the worker id reads the store; the first lease binds it.
-	if err := c.shedder.write(ctx, leaseholdv1.WorkerService_Connect_FullMethodName, func() error {
+	if err := c.defences.shedder.write(ctx, leaseholdv1.WorkerService_Connect_FullMethodName, func() error {
 		return c.checkClaim(ctx, h.workerID, h.queues)
 	}); err != nil {
 		return err
@@ -302,10 +302,10 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 		return err
 	}
 	c.log.DebugContext(ctx, "worker stream connected", slog.String("worker_id", h.workerID))
-	if !c.dispatcher.Add(s.waiter, 0) {
+	if !c.core.dispatcher.Add(s.waiter, 0) {
 		s.drain(c.cfg.ShutdownGrace)
 	}
-	defer c.dispatcher.Remove(s.waiter)
+	defer c.core.dispatcher.Remove(s.waiter)
 
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- s.recvLoop(stream) }()
@@ -318,7 +318,7 @@ func (w *workerService) Connect(stream leaseholdv1.WorkerService_ConnectServer) 
 	if cause := context.Cause(sctx); errors.Is(cause, errNotAcknowledging) || errors.Is(cause, errNotReading) || errors.Is(cause, errWorkerTaken) {
 		// No round may claim for the stream again (the released leases
 		// make room under its bound): its Deliver would refuse them.
-		c.dispatcher.Remove(s.waiter)
+		c.core.dispatcher.Remove(s.waiter)
 		s.releaseUnacked(ctx)
 	}
 	return err
@@ -457,7 +457,7 @@ func (s *session) handle(m *leaseholdv1.ConnectRequest) (stop bool, err error) {
 		if err != nil {
 			return true, toStatus(s.ctx, c.log, err)
 		}
-		c.dispatcher.AddCredits(s.waiter, n)
+		c.core.dispatcher.AddCredits(s.waiter, n)
 	case *leaseholdv1.ConnectRequest_Heartbeat:
 		if err := s.heartbeat(msg.Heartbeat); err != nil {
 			return true, err
@@ -545,59 +545,28 @@ func (s *session) heartbeat(hb *leaseholdv1.Heartbeat) error {
 
 // register adds s, replacing (and ending) an earlier stream of the same
 // worker id, whose leases it takes over.
-func (c *Coordinator) register(s *session) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.draining {
-		return statusError(codes.Unavailable, ReasonShuttingDown, "coordinator shutting down: connect to another coordinator")
-	}
-	key := sessionKey{s.tenant, s.hello.workerID}
-	if old := c.sessions[key]; old != nil {
-		old.mu.Lock()
-		old.closed = true
-		for id, tok := range old.leases {
-			s.leases[id] = tok
-		}
-		old.leases = map[string]store.LeaseToken{}
-		old.mu.Unlock()
-		old.cancel(errReplaced)
-	}
-	c.sessions[key] = s
-	return nil
-}
+func (c *Coordinator) register(s *session) error { return c.core.streams.add(s) }
 
 // unregister removes s and forgets the leases it held here (the leases
 // themselves live on in the store until they are finished or expire).
 func (c *Coordinator) unregister(s *session) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	key := sessionKey{s.tenant, s.hello.workerID}
-	if c.sessions[key] == s {
-		delete(c.sessions, key)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	c.log.Debug("worker stream ended", slog.String("worker_id", s.hello.workerID), slog.Int("leases_held", len(s.leases)))
+	held := c.core.streams.remove(s)
+	c.log.Debug("worker stream ended", slog.String("worker_id", s.hello.workerID), slog.Int("leases_held", held))
 }
 
-// workers lists the streams of tenant on this coordinator. Lock order:
-// c.mu, then each session's mu, released before the dispatcher's (which
-// takes a session's mu under its own).
+// workers lists the streams of tenant on this coordinator. Each session's
+// mu is released before the dispatcher's is taken (the dispatcher takes a
+// session's mu under its own).
 func (c *Coordinator) workers(tenant string) []*leaseholdv1.WorkerInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*leaseholdv1.WorkerInfo, 0, len(c.sessions))
-	for key, s := range c.sessions {
-		if key.tenant != tenant {
-			continue
-		}
+	sessions := c.core.streams.list(tenant, false)
+	out := make([]*leaseholdv1.WorkerInfo, 0, len(sessions))
+	for _, s := range sessions {
 		s.mu.Lock()
 		n, unacked := len(s.leases), len(s.unacked)
 		s.mu.Unlock()
 		out = append(out, &leaseholdv1.WorkerInfo{
 			WorkerId: s.hello.workerID, Queues: s.hello.queues, Capacity: s.hello.capacity,
-			ActiveLeases: int32(n), Credits: int32(c.dispatcher.Credits(s.waiter)),
+			ActiveLeases: int32(n), Credits: int32(c.core.dispatcher.Credits(s.waiter)),
 			Labels: s.hello.labels, Sdk: s.hello.sdk,
 			ConnectedAt: timestamppb.New(s.connectedAt), CoordinatorId: c.cfg.ID,
 			UnacknowledgedLeases: int32(unacked), AcknowledgesLeases: s.hello.acks,

@@ -78,7 +78,7 @@ func (s *session) ack(jobIDs []string) {
 	}
 	s.mu.Unlock()
 	if wake {
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 }
 
@@ -92,7 +92,7 @@ func (s *session) ackTokens(toks []store.LeaseToken) {
 	}
 	s.mu.Unlock()
 	if wake {
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 }
 

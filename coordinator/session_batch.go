@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
@@ -147,19 +146,17 @@ func (s *session) applyTogether(rs []streamReport) {
 	}
 	s.mu.Unlock()
 	if room {
-		s.c.dispatcher.Ready(s.waiter)
+		s.c.core.dispatcher.Ready(s.waiter)
 	}
 	s.reports.Add(1)
 	go s.reportMany(rs)
 }
 
-// reportMany commits the reports of one ReportBatch together and queues
-// their answers at once (so they leave in one ReportResultBatch when the
-// stream takes batches). Each report gets its own answer, exactly as if
-// sent alone: the store applies every report of a batch with its own
-// fence. Should the store refuse the whole call as invalid (a rule that
-// the stream's validation does not check), each is applied alone so that
-// only the offending one is refused.
+// reportMany commits the reports of one ReportBatch together, through
+// the entry every report takes (Coordinator.reports), and queues their
+// answers at once (so they leave in one ReportResultBatch when the stream
+// takes batches). Each report gets its own answer, exactly as if sent
+// alone.
 func (s *session) reportMany(rs []streamReport) {
 	defer func() {
 		for range rs {
@@ -167,34 +164,11 @@ func (s *session) reportMany(rs []streamReport) {
 		}
 		s.reports.Done()
 	}()
-	c := s.c
-	now := c.now()
 	reps := make([]store.Report, len(rs))
 	for i := range rs {
 		reps[i] = rs[i].rep
-		reps[i].Now = now
 	}
-	jobs := make([]*store.Job, len(rs))
-	errs := make([]error, len(rs))
-	res, err := c.store.ApplyReports(s.untraced, reps)
-	switch {
-	case err == nil:
-		for i := range res {
-			jobs[i], errs[i] = res[i].Job, res[i].Err
-		}
-	case errors.Is(err, store.ErrInvalid) && len(reps) > 1:
-		for i := range reps {
-			one, err := c.store.ApplyReports(s.untraced, reps[i:i+1])
-			if err == nil {
-				jobs[i], err = one[0].Job, one[0].Err
-			}
-			errs[i] = err
-		}
-	default:
-		for i := range errs {
-			errs[i] = err
-		}
-	}
+	jobs, errs := s.c.reports(s.untraced, reps)
 	answers := make([]*leaseholdv1.ConnectResponse, 0, len(rs))
 	for i, r := range rs {
 		if m, ok := s.answer(r, jobs[i], errs[i]); ok {

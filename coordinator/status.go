@@ -177,6 +177,11 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return statusError(codes.AlreadyExists, ReasonScheduleExists, "a schedule of this name exists: choose another name or update it")
 	case errors.Is(err, store.ErrScheduleLimit):
 		return statusError(codes.ResourceExhausted, ReasonScheduleLimit, err.Error())
+	case errors.Is(err, store.ErrEffectNotFound):
+		return statusError(codes.NotFound, ReasonEffectNotFound,
+			"effect_key was never reserved for this job: call ReserveEffect first")
+	case errors.Is(err, store.ErrPrincipalNotFound):
+		return statusError(codes.NotFound, ReasonPrincipalNotFound, "no API key or principal with this id in the tenant")
 	case errors.Is(err, store.ErrOperationNotFound):
 		return statusError(codes.NotFound, ReasonOperationNotFound, "operation not found")
 	case errors.Is(err, store.ErrOperationLimit):

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/store"
@@ -86,40 +87,20 @@ type reportCarrier interface {
 // decodeReport decodes m when it is a report; ok is false for any other
 // message.
 func (s *session) decodeReport(m reportCarrier) (r streamReport, ok bool) {
-	v := s.c.v
-	var (
-		kind leaseholdv1.ReportKind
-		rep  store.Report
-		tok  *leaseholdv1.LeaseToken
-		err  error
-	)
-	if msg := m.GetComplete(); msg != nil {
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_COMPLETE, msg.GetToken()
-		var p store.CompleteParams
-		if p, err = v.Complete(msg); err == nil {
-			rep = store.Report{Kind: store.ReportComplete, Token: p.Token, Result: p.Result}
-		}
-	} else if msg := m.GetRetry(); msg != nil {
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RETRY, msg.GetToken()
-		var p store.RetryParams
-		if p, err = v.Retry(msg); err == nil {
-			rep = store.Report{Kind: store.ReportRetry, Token: p.Token, Error: p.Error, RetryAfter: p.RetryAfter}
-		}
-	} else if msg := m.GetCancel(); msg != nil {
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_CANCEL, msg.GetToken()
-		var p store.CancelByHolderParams
-		if p, err = v.Cancel(msg); err == nil {
-			rep = store.Report{Kind: store.ReportCancel, Token: p.Token, Reason: p.Reason}
-		}
-	} else if msg := m.GetRelease(); msg != nil {
-		kind, tok = leaseholdv1.ReportKind_REPORT_KIND_RELEASE, msg.GetToken()
-		var p store.ReleaseParams
-		if p, err = v.Release(msg); err == nil {
-			rep = store.Report{Kind: store.ReportRelease, Token: p.Token}
-		}
-	} else {
+	var req proto.Message
+	switch {
+	case m.GetComplete() != nil:
+		req = m.GetComplete()
+	case m.GetRetry() != nil:
+		req = m.GetRetry()
+	case m.GetCancel() != nil:
+		req = m.GetCancel()
+	case m.GetRelease() != nil:
+		req = m.GetRelease()
+	default:
 		return streamReport{}, false
 	}
+	kind, tok, rep, err := s.c.v.Report(req)
 	if err == nil && rep.Token.WorkerID != s.hello.workerID {
 		err = store.Invalid("token.worker_id", "a stream reports only for its own worker_id")
 	}
@@ -131,26 +112,18 @@ func (s *session) decodeReport(m reportCarrier) (r streamReport, ok bool) {
 	return streamReport{kind: kind, rep: rep, tok: tok, err: err, parent: parent}, true
 }
 
-// report commits one stream report and queues its answer. It runs on its
-// own goroutine, so that one stream's reports join the same batches as
+// report commits one stream report through the entry unary reports take
+// too (Coordinator.report) and queues its answer. It runs on its own
+// goroutine, so that one stream's reports join the same batches as
 // everyone else's instead of waiting for each other's commits.
 func (s *session) report(r streamReport) {
 	defer func() {
 		<-s.reportSlots
 		s.reports.Done()
 	}()
-	c := s.c
 	ctx, end := s.reportSpan(r)
-	r.rep.Now = c.now()
-	res, err := c.store.ApplyReports(ctx, []store.Report{r.rep})
-	if err == nil {
-		err = res[0].Err
-	}
+	job, err := s.c.report(ctx, r.rep)
 	end(err)
-	var job *store.Job
-	if err == nil {
-		job = res[0].Job
-	}
 	if out, ok := s.answer(r, job, err); ok {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -177,9 +150,9 @@ func answerSize(r *leaseholdv1.ReportResult) int {
 // answerSizeFixed is answerSize's fixed part (50 bytes at most, rounded up).
 const answerSizeFixed = 64
 
-// answer is the answer to r, which committed job or failed with err, and
-// does what a committed report does (c.finished). ok is false when the
-// stream ended while the report was being committed: nobody to answer.
+// answer is the answer to r, which committed job or failed with err. ok is
+// false when the stream ended while the report was being committed:
+// nobody to answer.
 func (s *session) answer(r streamReport, job *store.Job, err error) (m *leaseholdv1.ConnectResponse, ok bool) {
 	c := s.c
 	out := &leaseholdv1.ReportResult{Token: withoutSecret(r.tok), Kind: r.kind}
@@ -190,7 +163,6 @@ func (s *session) answer(r streamReport, job *store.Job, err error) (m *leasehol
 		setReportError(out, toStatus(s.ctx, c.log, err))
 	} else {
 		out.State = jobStates[job.State]
-		c.finished(s.ctx, s.tenant, job)
 	}
 	return &leaseholdv1.ConnectResponse{Msg: &leaseholdv1.ConnectResponse_ReportResult{ReportResult: out}}, true
 }
@@ -220,7 +192,7 @@ func (s *session) reportSpan(r streamReport) (context.Context, func(error)) {
 		return s.untraced, func(error) {}
 	}
 	//nolint:spancheck // ended by the returned function once the commit returned
-	ctx, span := s.c.tracer.Start(trace.ContextWithRemoteSpanContext(s.ctx, r.parent),
+	ctx, span := s.c.core.tracer.Start(trace.ContextWithRemoteSpanContext(s.ctx, r.parent),
 		spanStreamReport+reportSpanNames[r.kind],
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -465,49 +466,46 @@ func (v validator) leaseDuration(field string, d *durationpb.Duration, def time.
 	return lease, store.ValidateLeaseDuration(field, lease, false)
 }
 
-// Complete validates a CompleteRequest.
-func (v validator) Complete(r *leaseholdv1.CompleteRequest) (store.CompleteParams, error) {
-	tok, err := v.token("token", r.GetToken())
-	if err != nil {
-		return store.CompleteParams{}, err
+// Report decodes one of the four terminal report requests (Complete,
+// Retry, Cancel, Release), unary or sent on a stream, straight into a
+// store.Report, and returns its kind and token as sent (to answer with).
+// The tenant and the clock are the caller's to set.
+func (v validator) Report(m proto.Message) (leaseholdv1.ReportKind, *leaseholdv1.LeaseToken, store.Report, error) {
+	var (
+		kind leaseholdv1.ReportKind
+		tok  *leaseholdv1.LeaseToken
+		rep  store.Report
+		err  error
+	)
+	switch r := m.(type) {
+	case *leaseholdv1.CompleteRequest:
+		kind, tok, rep.Kind, rep.Result = leaseholdv1.ReportKind_REPORT_KIND_COMPLETE, r.GetToken(), store.ReportComplete, r.GetResult()
+		err = v.blob("result", r.GetResult())
+	case *leaseholdv1.RetryRequest:
+		kind, tok, rep.Kind = leaseholdv1.ReportKind_REPORT_KIND_RETRY, r.GetToken(), store.ReportRetry
+		// The error is required: a Retry without one would silently
+		// fail the job as non-retryable.
+		if r.GetError() == nil {
+			err = store.Invalid("error", "is required")
+			break
+		}
+		rep.Error = store.JobError{Code: r.GetError().GetCode(), Message: r.GetError().GetMessage(), Retryable: r.GetError().GetRetryable()}
+		rep.RetryAfter, err = duration("retry_after", r.GetRetryAfter())
+	case *leaseholdv1.CancelRequest:
+		kind, tok, rep.Kind, rep.Reason = leaseholdv1.ReportKind_REPORT_KIND_CANCEL, r.GetToken(), store.ReportCancel, r.GetReason()
+	case *leaseholdv1.ReleaseRequest:
+		kind, tok, rep.Kind = leaseholdv1.ReportKind_REPORT_KIND_RELEASE, r.GetToken(), store.ReportRelease
+	default:
+		return 0, nil, store.Report{}, store.Invalid("msg", "not a report")
 	}
-	if err := v.blob("result", r.GetResult()); err != nil {
-		return store.CompleteParams{}, err
+	// The token first, as the store would: a malformed token is the
+	// caller's first mistake whatever the rest says.
+	if t, terr := v.token("token", tok); terr != nil {
+		err = terr
+	} else {
+		rep.Token = t
 	}
-	return store.CompleteParams{Token: tok, Result: r.GetResult()}, nil
-}
-
-// Retry validates a RetryRequest. The error is required: a Retry without
-// one would silently fail the job as non-retryable.
-func (v validator) Retry(r *leaseholdv1.RetryRequest) (store.RetryParams, error) {
-	tok, err := v.token("token", r.GetToken())
-	if err != nil {
-		return store.RetryParams{}, err
-	}
-	if r.GetError() == nil {
-		return store.RetryParams{}, store.Invalid("error", "is required")
-	}
-	je := store.JobError{Code: r.GetError().GetCode(), Message: r.GetError().GetMessage(), Retryable: r.GetError().GetRetryable()}
-	after, err := duration("retry_after", r.GetRetryAfter())
-	if err != nil {
-		return store.RetryParams{}, err
-	}
-	return store.RetryParams{Token: tok, Error: je, RetryAfter: after}, nil
-}
-
-// Cancel validates a (holder's) CancelRequest.
-func (v validator) Cancel(r *leaseholdv1.CancelRequest) (store.CancelByHolderParams, error) {
-	tok, err := v.token("token", r.GetToken())
-	if err != nil {
-		return store.CancelByHolderParams{}, err
-	}
-	return store.CancelByHolderParams{Token: tok, Reason: r.GetReason()}, nil
-}
-
-// Release validates a ReleaseRequest.
-func (v validator) Release(r *leaseholdv1.ReleaseRequest) (store.ReleaseParams, error) {
-	tok, err := v.token("token", r.GetToken())
-	return store.ReleaseParams{Token: tok}, err
+	return kind, tok, rep, err
 }
 
 // SaveCheckpoint validates a SaveCheckpointRequest.

@@ -97,7 +97,7 @@ func (a *adminService) ReleaseWorkerBinding(ctx context.Context, req *leaseholdv
 	if err != nil {
 		return nil, toStatus(ctx, c.log, err)
 	}
-	c.workerOwners.forget(sessionKey{tenant, id})
+	c.identity.workerOwners.forget(sessionKey{tenant, id})
 	c.audit(ctx, store.AuditWorkerBindingReleased, id, map[string]any{"previous_owner": owner})
 	return &leaseholdv1.ReleaseWorkerBindingResponse{PreviousOwnerId: owner}, nil
 }
@@ -112,7 +112,7 @@ func (c *Coordinator) checkWorker(ctx context.Context, workerID string) error {
 		return nil
 	}
 	k := sessionKey{cl.tenant, workerID}
-	if owner, ok := c.workerOwners.get(k); ok && owner == cl.id {
+	if owner, ok := c.identity.workerOwners.get(k); ok && owner == cl.id {
 		return nil
 	}
 	owner, err := c.store.BindWorker(ctx, store.BindWorkerParams{
@@ -124,7 +124,7 @@ func (c *Coordinator) checkWorker(ctx context.Context, workerID string) error {
 	if owner != cl.id {
 		return workerTaken(workerID)
 	}
-	c.workerOwners.put(k, owner)
+	c.identity.workerOwners.put(k, owner)
 	return nil
 }
 
@@ -140,7 +140,7 @@ func (c *Coordinator) checkClaim(ctx context.Context, workerID string, queues []
 		return nil
 	}
 	k := sessionKey{cl.tenant, workerID}
-	if owner, ok := c.workerOwners.get(k); ok && owner == cl.id {
+	if owner, ok := c.identity.workerOwners.get(k); ok && owner == cl.id {
 		return nil
 	}
 	owner, err := c.store.WorkerOwner(ctx, cl.tenant, workerID)
@@ -151,7 +151,7 @@ func (c *Coordinator) checkClaim(ctx context.Context, workerID string, queues []
 	case "":
 		return nil
 	case cl.id:
-		c.workerOwners.put(k, owner)
+		c.identity.workerOwners.put(k, owner)
 		return nil
 	default:
 		return workerTaken(workerID)

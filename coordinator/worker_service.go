@@ -2,12 +2,10 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/coordinator/dispatch"
@@ -89,7 +87,7 @@ func (w *workerService) Claim(ctx context.Context, req *leaseholdv1.ClaimRequest
 	c.leasesClaimed(ctx, p.Tenant, jobs)
 	out := make([]*leaseholdv1.LeasedJob, 0, len(jobs))
 	for _, j := range jobs {
-		out = append(out, toLeasedJob(j, c.leases.sign(j.Token)))
+		out = append(out, toLeasedJob(j, c.identity.leases.sign(j.Token)))
 	}
 	return &leaseholdv1.ClaimResponse{Jobs: out}, nil
 }
@@ -123,11 +121,11 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 		Fail:    func(err error) { settle(answer{err: err}) },
 	}
 	select {
-	case <-c.closing:
+	case <-c.life.closing:
 		return nil, nil
 	default:
 	}
-	if !c.dispatcher.Add(waiter, p.Max) {
+	if !c.core.dispatcher.Add(waiter, p.Max) {
 		return nil, nil
 	}
 	var timeout <-chan time.Time
@@ -142,10 +140,10 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 		return a.jobs, a.err
 	case <-timeout:
 	case <-ctx.Done():
-	case <-c.dispatcher.Quiesced():
-	case <-c.closing:
+	case <-c.core.dispatcher.Quiesced():
+	case <-c.life.closing:
 	}
-	c.dispatcher.Remove(waiter)
+	c.core.dispatcher.Remove(waiter)
 	if settle(answer{}) {
 		return nil, ctx.Err() // nothing was delivered
 	}
@@ -163,9 +161,9 @@ func (c *Coordinator) claim(ctx context.Context, p store.ClaimParams, wait time.
 // claimed counts leases handed out by a unary Claim.
 func (c *Coordinator) claimed(jobs []store.ClaimedJob) {
 	if len(jobs) > 0 {
-		c.activity.leased.Add(int64(len(jobs)))
+		c.core.activity.leased.Add(int64(len(jobs)))
 		for _, j := range jobs {
-			c.watches.notify(j.Job.Tenant, j.Job.ID)
+			c.core.watches.notify(j.Job.Tenant, j.Job.ID)
 		}
 	}
 }
@@ -202,151 +200,74 @@ func (w *workerService) Renew(ctx context.Context, req *leaseholdv1.RenewRequest
 }
 
 func (w *workerService) Complete(ctx context.Context, req *leaseholdv1.CompleteRequest) (*leaseholdv1.CompleteResponse, error) {
-	c := w.c
-	p, err := c.v.Complete(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	job, err := c.store.Complete(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	c.finished(ctx, p.Tenant, job)
-	return &leaseholdv1.CompleteResponse{Job: toJob(job)}, nil
+	return reportCall(ctx, w.c, req, func(j *store.Job) *leaseholdv1.CompleteResponse {
+		return &leaseholdv1.CompleteResponse{Job: toJob(j)}
+	})
 }
 
 func (w *workerService) Retry(ctx context.Context, req *leaseholdv1.RetryRequest) (*leaseholdv1.RetryResponse, error) {
-	c := w.c
-	p, err := c.v.Retry(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	job, err := c.store.Retry(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	c.finished(ctx, p.Tenant, job)
-	return &leaseholdv1.RetryResponse{Job: toJob(job)}, nil
+	return reportCall(ctx, w.c, req, func(j *store.Job) *leaseholdv1.RetryResponse {
+		return &leaseholdv1.RetryResponse{Job: toJob(j)}
+	})
 }
 
 func (w *workerService) Cancel(ctx context.Context, req *leaseholdv1.CancelRequest) (*leaseholdv1.CancelResponse, error) {
-	c := w.c
-	p, err := c.v.Cancel(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	job, err := c.store.CancelByHolder(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	c.finished(ctx, p.Tenant, job)
-	return &leaseholdv1.CancelResponse{Job: toJob(job)}, nil
+	return reportCall(ctx, w.c, req, func(j *store.Job) *leaseholdv1.CancelResponse {
+		return &leaseholdv1.CancelResponse{Job: toJob(j)}
+	})
 }
 
 func (w *workerService) Release(ctx context.Context, req *leaseholdv1.ReleaseRequest) (*leaseholdv1.ReleaseResponse, error) {
-	c := w.c
-	p, err := c.v.Release(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	job, err := c.store.Release(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	c.finished(ctx, p.Tenant, job)
-	return &leaseholdv1.ReleaseResponse{Job: toJob(job)}, nil
+	return reportCall(ctx, w.c, req, func(j *store.Job) *leaseholdv1.ReleaseResponse {
+		return &leaseholdv1.ReleaseResponse{Job: toJob(j)}
+	})
 }
 
 // finished records that a job's lease ended through a unary call: the
 // holding stream stops tracking it, watchers wake, and a job back in its
 // queue wakes dispatch.
 func (c *Coordinator) finished(ctx context.Context, tenant string, job *store.Job) {
-	c.activity.ended(job.State)
-	c.metrics.jobEnded(ctx, tenant, job)
+	c.core.activity.ended(job.State)
+	c.core.metrics.jobEnded(ctx, tenant, job)
 	c.leaseEnded(tenant, job)
-	c.watches.notify(tenant, job.ID)
+	c.core.watches.notify(tenant, job.ID)
 	if job.State == store.JobStateQueued {
-		c.dispatcher.Wake(tenant, job.Queue)
+		c.core.dispatcher.Wake(tenant, job.Queue)
 	}
 }
 
 func (w *workerService) SaveCheckpoint(ctx context.Context, req *leaseholdv1.SaveCheckpointRequest) (*leaseholdv1.SaveCheckpointResponse, error) {
 	c := w.c
 	p, err := c.v.SaveCheckpoint(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	cp, err := c.store.SaveCheckpoint(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	c.watches.notify(p.Tenant, p.Token.JobID)
-	return &leaseholdv1.SaveCheckpointResponse{Checkpoint: toCheckpoint(cp)}, nil
+	return leaseCall(ctx, c, p.Token, err, func(tenant string, now time.Time) (*leaseholdv1.SaveCheckpointResponse, error) {
+		p.Tenant, p.Now = tenant, now
+		cp, err := c.store.SaveCheckpoint(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		c.core.watches.notify(p.Tenant, p.Token.JobID)
+		return &leaseholdv1.SaveCheckpointResponse{Checkpoint: toCheckpoint(cp)}, nil
+	})
 }
 
 func (w *workerService) ReserveEffect(ctx context.Context, req *leaseholdv1.ReserveEffectRequest) (*leaseholdv1.ReserveEffectResponse, error) {
 	c := w.c
 	p, err := c.v.ReserveEffect(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	eff, reserved, err := c.store.ReserveEffect(ctx, p)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	return &leaseholdv1.ReserveEffectResponse{Effect: toEffect(eff), Reserved: reserved}, nil
+	return leaseCall(ctx, c, p.Token, err, func(tenant string, now time.Time) (*leaseholdv1.ReserveEffectResponse, error) {
+		p.Tenant, p.Now = tenant, now
+		eff, reserved, err := c.store.ReserveEffect(ctx, p)
+		return &leaseholdv1.ReserveEffectResponse{Effect: toEffect(eff), Reserved: reserved}, err
+	})
 }
 
 func (w *workerService) RecordEffect(ctx context.Context, req *leaseholdv1.RecordEffectRequest) (*leaseholdv1.RecordEffectResponse, error) {
 	c := w.c
 	p, err := c.v.RecordEffect(req)
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	if err := c.checkWorker(ctx, p.Token.WorkerID); err != nil {
-		return nil, err
-	}
-	p.Tenant, p.Now = tenantFrom(ctx), c.now()
-	c.sawWorker(p.Tenant, p.Token.WorkerID)
-	eff, err := c.store.RecordEffect(ctx, p)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, statusError(codes.NotFound, ReasonEffectNotFound,
-			"effect_key was never reserved for this job: call ReserveEffect first")
-	}
-	if err != nil {
-		return nil, toStatus(ctx, c.log, err)
-	}
-	return &leaseholdv1.RecordEffectResponse{Effect: toEffect(eff)}, nil
+	return leaseCall(ctx, c, p.Token, err, func(tenant string, now time.Time) (*leaseholdv1.RecordEffectResponse, error) {
+		p.Tenant, p.Now = tenant, now
+		eff, err := c.store.RecordEffect(ctx, p)
+		return &leaseholdv1.RecordEffectResponse{Effect: toEffect(eff)}, err
+	})
 }
 
 func (w *workerService) GetVersion(ctx context.Context, _ *leaseholdv1.GetVersionRequest) (*leaseholdv1.GetVersionResponse, error) {

@@ -46,6 +46,12 @@ var (
 	// (nothing reported on it and no operator acted on it). It matches
 	// ErrNotFound.
 	ErrBreakerNotFound = &notFound{what: "breaker"}
+	// ErrEffectNotFound is returned when RecordEffect names an effect key
+	// never reserved for the job. It matches ErrNotFound.
+	ErrEffectNotFound = &notFound{what: "effect"}
+	// ErrPrincipalNotFound is returned when RevokePrincipal names no
+	// principal of the tenant. It matches ErrNotFound.
+	ErrPrincipalNotFound = &notFound{what: "principal"}
 	// ErrUnavailable is returned when the database cannot be reached or the
 	// transaction could not be serialised after retries; the call may be
 	// retried.

@@ -212,7 +212,7 @@ func openCoordinator(ctx context.Context, log *slog.Logger, f *serveFlags, tel *
 		log.ErrorContext(ctx, "cannot open the store", slog.String("error", err.Error()))
 		return nil, exitStatus(exitFail)
 	}
-	tlsCfg, err := f.security.tlsConfig(log)
+	tlsCfg, err := f.security.tlsConfig(log, f.consoleDelegates())
 	if err != nil {
 		_ = st.Close() // the error below is the one to report
 		log.ErrorContext(ctx, "cannot load the TLS certificate", slog.String("error", err.Error()))

@@ -4,7 +4,8 @@ package main
 // --console-prefix. It is a client of the coordinator's own gRPC listener,
 // dialled over loopback with the client TLS settings of LEASEHOLD_TLS_*
 // (as the embedded outbox relay does) but never LEASEHOLD_API_KEY: each
-// call carries the signed-in person's key.
+// call carries the signed-in person's key, or with --auth mtls the
+// browser's certificate forwarded with a proof (docs/security.md).
 
 import (
 	"context"
@@ -48,15 +49,15 @@ type consoleRoute struct {
 
 // startConsole builds the console against the coordinator listening on
 // lis. It returns a zero route (nothing mounted) when the console or the
-// HTTP listener is off, or with --auth mtls, which the console does not
-// support yet (it says so in the log).
+// HTTP listener is off, or with --auth mtls without --http-tls (it says so
+// in the log).
 func (c *cli) startConsole(ctx context.Context, log *slog.Logger, f *serveFlags, coord *coordinator.Coordinator, lis net.Addr) (consoleRoute, error) {
 	cf := f.console
 	if cf.prefix == "" || f.observe.httpListen == "" {
 		return consoleRoute{}, nil
 	}
-	if coordinator.AuthMode(f.security.auth) == coordinator.AuthMTLS {
-		log.WarnContext(ctx, "the web console is off: it does not support --auth mtls yet (docs/console.md)")
+	if coordinator.AuthMode(f.security.auth) == coordinator.AuthMTLS && !f.observe.httpTLS {
+		log.WarnContext(ctx, "the web console is off: with --auth mtls it needs --http-tls, since a browser presents its client certificate only over TLS (docs/console.md)")
 		return consoleRoute{}, nil
 	}
 	dial := worker.DialConfigFromEnv(c.getenv)

@@ -75,7 +75,12 @@ func (f *securityFlags) check() error {
 // returns nil without TLS. Client certificates are required with --auth
 // mtls and otherwise only verified when given, so that clients without one
 // (kubelet probes of grpc.health.v1, API-key clients) still connect.
-func (f *securityFlags) tlsConfig(log *slog.Logger) (*tls.Config, error) {
+//
+// With consoleDelegates, loopback connections may omit the client
+// certificate: the console dials over loopback and forwards the browser's
+// certificate with a proof instead; the coordinator still refuses any
+// call without a certificate, direct or forwarded.
+func (f *securityFlags) tlsConfig(log *slog.Logger, consoleDelegates bool) (*tls.Config, error) {
 	if f.certFile == "" {
 		return nil, nil
 	}
@@ -85,7 +90,7 @@ func (f *securityFlags) tlsConfig(log *slog.Logger) (*tls.Config, error) {
 	}
 	r, err := certreload.New(certreload.Config{
 		CertFile: f.certFile, KeyFile: f.keyFile, ClientCAFile: f.clientCAFile,
-		ClientAuth: clientAuth, Logger: log,
+		ClientAuth: clientAuth, LoopbackMayOmitCert: consoleDelegates, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -93,10 +98,20 @@ func (f *securityFlags) tlsConfig(log *slog.Logger) (*tls.Config, error) {
 	return r.ServerConfig(), nil
 }
 
+// consoleDelegates reports whether the console will forward browsers'
+// client certificates to the coordinator (--auth mtls, console on, over
+// --http-tls).
+func (f *serveFlags) consoleDelegates() bool {
+	return coordinator.AuthMode(f.security.auth) == coordinator.AuthMTLS &&
+		f.console.prefix != "" && f.observe.httpListen != "" && f.observe.httpTLS
+}
+
 // httpTLSConfig is the HTTP listener's TLS with --http-tls (nil without):
-// the gRPC certificate files, re-read the same way, asking no client
-// certificate (scrapers, probes and browsers have none), with HTTP/2 or
-// HTTP/1.1.
+// the gRPC certificate files, re-read the same way, with HTTP/2 or
+// HTTP/1.1. It asks for no client certificate (scrapers and probes have
+// none), except with --auth mtls: then it asks for one and verifies a
+// given one against --tls-client-ca-file, for the console, which refuses
+// requests without one; /metrics and the probes still answer without.
 func (f *serveFlags) httpTLSConfig(log *slog.Logger) (*tls.Config, error) {
 	if !f.observe.httpTLS {
 		return nil, nil
@@ -104,9 +119,13 @@ func (f *serveFlags) httpTLSConfig(log *slog.Logger) (*tls.Config, error) {
 	if f.security.certFile == "" || f.observe.httpListen == "" {
 		return nil, usagef("--http-tls needs --tls-cert-file, --tls-key-file and --http-listen")
 	}
-	r, err := certreload.New(certreload.Config{
+	rc := certreload.Config{
 		CertFile: f.security.certFile, KeyFile: f.security.keyFile, ClientAuth: tls.NoClientCert, Logger: log,
-	})
+	}
+	if coordinator.AuthMode(f.security.auth) == coordinator.AuthMTLS {
+		rc.ClientCAFile, rc.ClientAuth = f.security.clientCAFile, tls.VerifyClientCertIfGiven
+	}
+	r, err := certreload.New(rc)
 	if err != nil {
 		return nil, err
 	}

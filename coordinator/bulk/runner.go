@@ -30,8 +30,10 @@ const (
 	LeaseDefault = 30 * time.Second
 	// PollIntervalDefault is how often an idle runner looks for work.
 	PollIntervalDefault = time.Second
-	// ChunkDefault is the rows per chunk (store.OperationChunkMax at most).
-	ChunkDefault = 1000
+	// ChunkDefault is the rows per chunk (store.OperationChunkMax at most):
+	// small, so that each commit's WAL, which live commits queue behind, is
+	// a small burst at a steady cadence rather than a large one.
+	ChunkDefault = 250
 	// RateDefault is the rows per second a runner works at.
 	RateDefault = 2000
 	// RetentionDefault is how long finished operations are kept.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -33,6 +34,12 @@ type Config struct {
 	// ClientAuth is the policy when ClientCAFile is set: typically
 	// tls.VerifyClientCertIfGiven or tls.RequireAndVerifyClientCert.
 	ClientAuth tls.ClientAuthType
+	// LoopbackMayOmitCert: with ClientAuth RequireAndVerifyClientCert, a
+	// connection from a loopback address may come without a client
+	// certificate (one it presents is still verified). For a process's
+	// own clients on the same host that prove themselves otherwise (the
+	// web console's delegation under --auth mtls).
+	LoopbackMayOmitCert bool
 	// CheckInterval bounds how often the files are stat'ed. Zero means
 	// CheckIntervalDefault; negative means at every handshake (tests).
 	CheckInterval time.Duration
@@ -104,9 +111,13 @@ func New(cfg Config) (*Reloader, error) {
 // the current certificate and client CAs. TLS 1.2 at least.
 func (r *Reloader) ServerConfig() *tls.Config {
 	base := r.config()
-	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+	base.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		r.maybeReload()
-		return r.config(), nil
+		c := r.config()
+		if r.cfg.LoopbackMayOmitCert && c.ClientAuth == tls.RequireAndVerifyClientCert && h != nil && h.Conn != nil && loopback(h.Conn.RemoteAddr()) {
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		return c, nil
 	}
 	return base
 }
@@ -215,4 +226,10 @@ func (r *Reloader) load(stamps [3]stamp) error {
 	defer r.mu.Unlock()
 	r.cert, r.pool, r.loaded = &cert, pool, stamps
 	return nil
+}
+
+// loopback reports whether addr is a TCP peer on a loopback address.
+func loopback(addr net.Addr) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }

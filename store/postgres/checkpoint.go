@@ -135,7 +135,7 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 		out, err = scanEffect(tx.QueryRow(ctx, qRecordEffect, p.Tenant, p.Token.JobID, p.Key, string(p.Status),
 			p.Token.Generation, p.ProviderOperationID, p.Result, now))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("effect %q of job %s was never reserved: %w", p.Key, p.Token.JobID, store.ErrNotFound)
+			return fmt.Errorf("effect %q of job %s was never reserved: %w", p.Key, p.Token.JobID, store.ErrEffectNotFound)
 		}
 		return err
 	})

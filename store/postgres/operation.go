@@ -401,29 +401,32 @@ func (s *Store) RunOperationChunk(ctx context.Context, p store.RunChunkParams) (
 				plan.add(d.Action, r)
 			}
 		}
-		if err := s.applyChunk(ctx, tx, &plan); err != nil {
+		// Every write of the chunk goes in one batch (one round trip), so
+		// the transaction holds its locks and its WAL for as short as can be.
+		b := &pgx.Batch{}
+		if err := s.applyChunk(ctx, tx, &plan, b); err != nil {
 			return err
 		}
 		if len(ids) > 0 {
-			if _, err := tx.Exec(ctx, qMarkItems, p.Tenant, p.ID, ids, results); err != nil {
-				return err
-			}
+			b.Queue(qMarkItems, p.Tenant, p.ID, ids, results)
 		}
 		state, finished := store.FinishState(op, len(rows) == limit)
 		var stateArg any
 		if finished {
 			stateArg = string(state)
 		}
-		op, err = scanOperation(tx.QueryRow(ctx, qAdvanceOperation, p.Tenant, p.ID, res.Rows.Acted, res.Rows.SkippedChanged,
-			res.Rows.SkippedOutOfScope, res.Rows.Failed, now, p.LeaseTTL.Microseconds(), stateArg, op.Error))
-		if err != nil {
-			return err
-		}
-		for q := range plan.wake {
-			if err := s.notify(ctx, tx, p.Tenant, q); err != nil {
+		b.Queue(qAdvanceOperation, p.Tenant, p.ID, res.Rows.Acted, res.Rows.SkippedChanged,
+			res.Rows.SkippedOutOfScope, res.Rows.Failed, now, p.LeaseTTL.Microseconds(), stateArg, op.Error).
+			QueryRow(func(row pgx.Row) error {
+				op, err = scanOperation(row)
 				return err
-			}
+			})
+		for q := range plan.wake {
+			b.Queue(qNotify, s.channel, encodeNotification(p.Tenant, q))
 			res.Queues = append(res.Queues, store.QueueRef{Tenant: p.Tenant, Queue: q})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
 		}
 		res.Operation, res.Handled, res.Finished = op, len(rows), finished
 		return nil
@@ -529,14 +532,13 @@ func opData(op *store.Operation, data map[string]any) map[string]any {
 	return withActor(data, op.Actor)
 }
 
-// applyChunk applies the plan set-based: one statement per action over
-// the chunk's rows (each the single-job call's statement, on arrays), one
-// insert of every event, all sent as one batch (one round trip). Every job
-// is locked by the chunk, so each event's sequence is the row's
-// last_event_seq plus one, as the single-job calls' appends make it.
-func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan) error {
+// applyChunk queues the plan's statements on b, set-based: one statement
+// per action over the chunk's rows (each the single-job call's statement,
+// on arrays) and one insert of every event. Every job is locked by the
+// chunk, so each event's sequence is the row's last_event_seq plus one, as
+// the single-job calls' appends make it.
+func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan, b *pgx.Batch) error {
 	op, now, tenant := p.op, p.now, p.op.Tenant
-	b := &pgx.Batch{}
 	var ev events
 	if ids := rowIDs(p.cancelQueued); len(ids) > 0 {
 		b.Queue(qCancelQueuedMany, tenant, ids, now, op.Reason)
@@ -605,10 +607,7 @@ func (s *Store) applyChunk(ctx context.Context, tx pgx.Tx, p *chunkPlan) error {
 	if len(ev.jobs) > 0 {
 		b.Queue(qInsertEventsMany, tenant, ev.jobs, ev.seqs, ev.types, now, ev.data)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
+	return nil
 }
 
 func rowIDs(rows []store.OperationRow) []string {

@@ -315,7 +315,7 @@ func (s *Store) RevokePrincipal(ctx context.Context, p store.RevokePrincipalPara
 			// Missing, or revoked already (a no-op).
 			pr, err = scanPrincipal(tx.QueryRowContext(ctx, qGetPrincipal, p.Tenant, p.ID))
 			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("principal %s: %w", p.ID, store.ErrNotFound)
+				return fmt.Errorf("principal %s: %w", p.ID, store.ErrPrincipalNotFound)
 			}
 			out = pr
 			return err

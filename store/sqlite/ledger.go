@@ -152,7 +152,7 @@ func (s *Store) RecordEffect(ctx context.Context, p store.RecordEffectParams) (*
 		// Nothing updated: either never reserved, or already succeeded.
 		eff, err = scanEffect(tx.QueryRowContext(ctx, qGetEffect, p.Tenant, p.Token.JobID, p.Key))
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("effect %q of job %q was never reserved: %w", p.Key, p.Token.JobID, store.ErrNotFound)
+			return fmt.Errorf("effect %q of job %q was never reserved: %w", p.Key, p.Token.JobID, store.ErrEffectNotFound)
 		}
 		return err
 	})

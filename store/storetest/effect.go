@@ -14,7 +14,7 @@ func effectTests() group {
 	return group{name: "Effect", cases: []testCase{
 		{"effects of generation 1 are seen by generation 2 for skip or reconciliation", testEffectsAcrossGenerations},
 		{"reserving an existing key returns the record instead of reserving again", testEffectReserveTwice},
-		{"recording a key that was never reserved fails with ErrNotFound", testEffectRecordUnknown},
+		{"recording a key that was never reserved fails with ErrEffectNotFound (an ErrNotFound)", testEffectRecordUnknown},
 	}}
 }
 
@@ -149,8 +149,8 @@ func testEffectRecordUnknown(t *testing.T, h Harness) {
 	j := e.mustCreate(tenantA, spec("default"), base)
 	c := e.mustClaim(tenantA, workerA, "default", j.ID, at(time.Second))
 	_, err := e.s.RecordEffect(e.ctx, store.RecordEffectParams{Tenant: tenantA, Token: c.Token, Key: "never", Status: store.EffectSucceeded, Now: at(2 * time.Second)})
-	if !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("record of an unreserved key: %v, want %v", err, store.ErrNotFound)
+	if !errors.Is(err, store.ErrEffectNotFound) {
+		t.Fatalf("record of an unreserved key: %v, want %v", err, store.ErrEffectNotFound)
 	}
 	if effs, err := e.s.ListEffects(e.ctx, tenantA, j.ID); err != nil || len(effs) != 0 {
 		t.Fatalf("recording an unreserved key wrote %+v, %v", effs, err)

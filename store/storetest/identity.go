@@ -109,9 +109,9 @@ func testRevokePrincipal(t *testing.T, h Harness) {
 	pr := e.createPrincipal(store.CreatePrincipalParams{Tenant: tenantA, Role: store.RoleProducer, KeyHash: keyHashOf("lh_r"), Now: base})
 
 	_, err := e.s.RevokePrincipal(e.ctx, store.RevokePrincipalParams{Tenant: tenantB, ID: pr.ID, Actor: "key:b", Now: at(time.Second)})
-	wantErr(t, err, store.ErrNotFound, "tenant B revokes A's principal")
+	wantErr(t, err, store.ErrPrincipalNotFound, "tenant B revokes A's principal")
 	_, err = e.s.RevokePrincipal(e.ctx, store.RevokePrincipalParams{Tenant: tenantA, ID: freshID(), Actor: "key:a", Now: at(time.Second)})
-	wantErr(t, err, store.ErrNotFound, "revoke a missing principal")
+	wantErr(t, err, store.ErrPrincipalNotFound, "revoke a missing principal")
 
 	rev, err := e.s.RevokePrincipal(e.ctx, store.RevokePrincipalParams{Tenant: tenantA, ID: pr.ID, Actor: "key:admin", ActorName: "ops", Now: at(2 * time.Second)})
 	if err != nil {

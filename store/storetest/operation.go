@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -114,6 +115,8 @@ func testOperationReplayFrozenMatch(t *testing.T, h Harness) {
 		checkGapless(t, d.ID, evs)
 		if last := evs[len(evs)-1]; last.Type != store.EventReplayed {
 			t.Errorf("dead job %s's last event is %s, want replayed", d.ID, last.Type)
+		} else if dj != nil {
+			checkReplayEvents(t, op.ID, d.ID, dj.ReplayedAs, last, e.events(tenantA, dj.ReplayedAs))
 		}
 	}
 	if n := e.replaysOf("poisoned", late.ID); n != 0 {
@@ -128,6 +131,31 @@ func testOperationReplayFrozenMatch(t *testing.T, h Harness) {
 	}
 	_, err = e.s.GetOperation(e.ctx, tenantB, op.ID)
 	wantErr(t, err, store.ErrNotFound, "get another tenant's operation")
+}
+
+// checkReplayEvents checks the history an operation's replay leaves, as
+// ReplayDeadJob leaves it: the dead job's REPLAYED event names the new job,
+// and the new job's history is one QUEUED event naming the dead one, both
+// with the replay key of the operation and the dead job.
+func checkReplayEvents(t *testing.T, opID, deadID, newID string, replayed store.Event, fresh []store.Event) {
+	t.Helper()
+	key := store.OperationReplayKey(opID, deadID)
+	data := func(ev store.Event) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+			t.Fatalf("event %d of %s: data %q: %v", ev.Sequence, ev.JobID, ev.Data, err)
+		}
+		return m
+	}
+	if d := data(replayed); d["replayed_as"] != newID || d["replay_key"] != key || d["operation"] != opID {
+		t.Errorf("dead job %s's REPLAYED event data %v, want replayed_as %s, replay_key %s, operation %s", deadID, d, newID, key, opID)
+	}
+	if len(fresh) != 1 || fresh[0].Type != store.EventQueued {
+		t.Fatalf("replay %s of %s has events %+v, want one QUEUED", newID, deadID, fresh)
+	}
+	if d := data(fresh[0]); d["replay_of"] != deadID || d["replay_key"] != key || d["operation"] != opID {
+		t.Errorf("replay %s's QUEUED event data %v, want replay_of %s, replay_key %s, operation %s", newID, d, deadID, key, opID)
+	}
 }
 
 func testOperationCancelRules(t *testing.T, h Harness) {
