@@ -19,7 +19,8 @@ import (
 // batch may be gathering or committing when the process dies. Every
 // completion the coordinator acknowledged is in the database, at the
 // acknowledged generation; nothing acknowledged was lost; after a restart
-// every job finishes with exactly one terminal event.
+// every job finishes with exactly one terminal event, its row moved to
+// jobs_done exactly once.
 func TestSIGKILLDuringReportBatchesLosesNoAcknowledgedReport(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Schema(t)
@@ -140,5 +141,17 @@ func TestSIGKILLDuringReportBatchesLosesNoAcknowledgedReport(t *testing.T) {
 	}
 	if doubled != 0 {
 		t.Fatalf("%d jobs do not have exactly one terminal event", doubled)
+	}
+	// Every completion moved its row to jobs_done (migration 014), in the
+	// statement that ended it: each job is there once, and none is left in
+	// jobs_live or lost between the two.
+	var rows, ids, moved, live int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT id),
+		count(*) FILTER (WHERE tableoid::regclass::text LIKE 'jobs_done%'),
+		(SELECT count(*) FROM jobs_live) FROM jobs`).Scan(&rows, &ids, &moved, &live); err != nil {
+		t.Fatal(err)
+	}
+	if rows != jobs || ids != jobs || moved != jobs || live != 0 {
+		t.Fatalf("%d job rows, %d ids, %d in jobs_done, %d in jobs_live; want %d, %d, %d, 0", rows, ids, moved, live, jobs, jobs, jobs)
 	}
 }

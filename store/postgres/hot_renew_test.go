@@ -23,7 +23,7 @@ func TestRenewalsAreHOTUpdates(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 
 	const n = 200
-	if _, err := pool.Exec(ctx, `ALTER TABLE jobs SET (fillfactor = 10)`); err != nil {
+	if _, err := pool.Exec(ctx, `ALTER TABLE jobs_live SET (fillfactor = 10)`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, queue, kind, state, max_attempts, created_at,
@@ -49,7 +49,7 @@ func TestRenewalsAreHOTUpdates(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-			WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot); err != nil {
+			WHERE relid = 'jobs_live'::regclass`).Scan(&upd, &hot); err != nil {
 			t.Fatal(err)
 		}
 		return upd, hot

@@ -76,7 +76,8 @@ func (s *Store) QueueMetrics(ctx context.Context, p store.QueueMetricsParams) (*
 }
 
 // qCountFinished counts the jobs finished in [$1, $2) by tenant, queue and
-// state: a range of jobs_finished_idx, so its cost follows the window.
+// state: a range of jobs_dead_finished_idx and of each jobs_done
+// partition's BRIN on finished_at, so its cost follows the window.
 const qCountFinished = `SELECT tenant, queue, state, count(*) FROM jobs
 WHERE finished_at >= $1 AND finished_at < $2
 GROUP BY tenant, queue, state`

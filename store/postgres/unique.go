@@ -27,7 +27,7 @@ const (
 	// in a cycle, and reads which were inserted (qInsertedJobs) only when
 	// fewer rows than it sent were: a batch of fresh keys reads nothing
 	// back.
-	qInsertUniqueJobs = `INSERT INTO jobs (tenant, id, queue, kind, payload, metadata, priority, state,
+	qInsertUniqueJobs = `INSERT INTO jobs_live (tenant, id, queue, kind, payload, metadata, priority, state,
 		max_attempts, created_at, available_at, retry_deadline, dependency, last_event_seq, concurrency_key, unique_key,
 		queued_available_at, events_stored_through)
 	SELECT u.tenant, u.id, u.queue, u.kind, u.payload, u.metadata::jsonb, u.priority, 'queued',
