@@ -10,14 +10,12 @@ package coordinator
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -116,24 +114,7 @@ func (a *authenticator) delegatedLeaf(ctx context.Context, now time.Time) (*x509
 
 // certProofOK checks proof ("<unix>:<hex HMAC>") for der under key at now.
 func certProofOK(proof string, der, key []byte, now time.Time) bool {
-	at, sum, ok := strings.Cut(proof, ":")
-	if !ok {
-		return false
-	}
-	unix, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(unix, 0)); d > consoleProofSkew || d < -consoleProofSkew {
-		return false
-	}
-	got, err := hex.DecodeString(sum)
-	if err != nil {
-		return false
-	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(ConsoleCertProofMessage(unix, der)))
-	return hmac.Equal(got, m.Sum(nil))
+	return proofOK(proof, key, now, func(unix int64) string { return ConsoleCertProofMessage(unix, der) })
 }
 
 // clientCAs is the pool the TLS listener verifies client certificates

@@ -49,7 +49,13 @@ func consoleProofOK(ctx context.Context, key []byte, now time.Time) bool {
 	if len(vals) != 1 {
 		return false
 	}
-	at, sum, ok := strings.Cut(vals[0], ":")
+	return proofOK(vals[0], key, now, ConsoleProofMessage)
+}
+
+// proofOK checks proof ("<unix>:<hex HMAC-SHA256 of message(unix)>")
+// under key: the time within consoleProofSkew of now, the HMAC equal.
+func proofOK(proof string, key []byte, now time.Time, message func(unix int64) string) bool {
+	at, sum, ok := strings.Cut(proof, ":")
 	if !ok {
 		return false
 	}
@@ -65,7 +71,7 @@ func consoleProofOK(ctx context.Context, key []byte, now time.Time) bool {
 		return false
 	}
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(ConsoleProofMessage(unix)))
+	m.Write([]byte(message(unix)))
 	return hmac.Equal(got, m.Sum(nil))
 }
 
